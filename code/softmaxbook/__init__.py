@@ -1,0 +1,1 @@
+"""softmaxbook: the shared package of the softmax book."""
