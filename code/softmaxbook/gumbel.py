@@ -1,0 +1,584 @@
+"""Gumbel tricks: Gumbel-max, Gumbel-softmax, Gumbel-top-k and Gumbels with a given maximum.
+
+Conventions used by every function here:
+
+* The Gumbel distribution has unit scale: ``Gumbel(mu)`` has CDF ``F(g) = exp(-exp(-(g - mu)))``
+  and density ``p(g) = exp(-(g - mu)) F(g)``.
+* Logits (locations) live in the **last** dimension; all leading dimensions are batch dimensions.
+* A logit of ``-inf`` means "impossible": its Gumbel is ``-inf`` and it is never sampled. A row
+  whose logits are all ``-inf`` has nothing to sample and is an error. ``NaN`` and ``+inf`` are
+  errors.
+* Randomness comes only from the optional keyword ``generator`` (a ``torch.Generator`` on the
+  device of the tensors); results are on the device, and in the floating dtype, of the inputs.
+
+References
+----------
+* Gumbel (1954); Maddison, Tarlow & Minka (2014), *A\\* Sampling* (the Gumbel-max trick and
+  truncated Gumbels).
+* Maddison, Mnih & Teh (2017), *The Concrete Distribution*; Jang, Gu & Poole (2017), *Categorical
+  Reparameterization with Gumbel-Softmax*.
+* Kool, van Hoof & Welling (2019), *Stochastic Beams and Where to Find Them: The Gumbel-Top-k
+  Trick for Sampling Sequences Without Replacement*, ICML (eq. 8-10 and Appendix B: the
+  numerically stable form of :func:`gumbel_with_max`).
+* Mächler (2012), *Accurately Computing log(1 - exp(-|a|))* (:func:`log1mexp`).
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import torch
+
+from softmaxbook._validate import (
+    as_float_tensor,
+    check_generator,
+    check_int,
+    check_no_nan,
+    check_no_posinf,
+    check_positive_number,
+)
+
+__all__ = [
+    "sample_gumbel",
+    "log1mexp",
+    "truncated_gumbel",
+    "gumbel_with_max",
+    "gumbel_max",
+    "gumbel_softmax",
+    "gumbel_topk",
+    "plackett_luce_log_prob",
+]
+
+_LN2 = math.log(2.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Standard Gumbel noise
+# ------------------------------------------------------------------------------------------------
+def _standard_gumbel(shape, dtype: torch.dtype, device, generator) -> torch.Tensor:
+    """Standard Gumbel(0) noise of ``shape``, always finite. No argument checks (internal)."""
+    # Half-precision uniforms are far too coarse (bfloat16 has 8 significant bits), so the noise is
+    # drawn in float32 (float64 when that is what the caller works in) and cast at the end.
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    u = torch.rand(shape, dtype=work, device=device, generator=generator)
+    info = torch.finfo(work)
+    # Inverse CDF: G = -log(-log U) needs U in the OPEN interval (0, 1). torch.rand draws from
+    # [0, 1), and U = 0 really happens: in float32 with probability 2^-24 per draw, i.e. about
+    # 1.5 times in one 256 x 100000 batch, and -log(-log 0) = -inf (the NaNs and infs reported in
+    # pytorch issues 22442, 22557, 41663 come from the same kind of zero draw in exponential_).
+    # Clamping to [tiny, 1 - eps/2] keeps every draw inside (0, 1) -- 1 - eps/2 is the largest
+    # float below 1, a guard for backends whose uniforms include 1 -- so that G is always finite:
+    # in float32 it lies in [-4.5, 16.7]. The clamp moves only draws that were 0 (or 1), an event
+    # of probability 2^-24 (float32) or 2^-53 (float64), which is also the scale of the Gumbel
+    # tail that the grid of uniforms cannot represent anyway.
+    u.clamp_(info.tiny, 1.0 - info.eps / 2)
+    g = u.log_().neg_().log_().neg_()  # in place: -log(-log u), two passes fewer than out-of-place
+    return g if g.dtype == dtype else g.to(dtype)
+
+
+def _as_shape(shape, func: str) -> tuple[int, ...]:
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list, torch.Size)) or not all(
+        isinstance(s, int) and not isinstance(s, bool) for s in shape
+    ):
+        raise TypeError(
+            f"{func}: argument 'shape' must be an int or a tuple of ints, got {shape!r}"
+        )
+    if any(s < 0 for s in shape):
+        raise ValueError(f"{func}: argument 'shape' must not have negative sizes, got {tuple(shape)}")
+    return tuple(shape)
+
+
+def sample_gumbel(shape, *, loc=0.0, generator=None, dtype=None, device=None) -> torch.Tensor:
+    """Draw i.i.d. Gumbel samples with location ``loc`` and unit scale, by the inverse CDF.
+
+    ``G = loc - log(-log U)`` with ``U`` uniform on the open interval (0, 1): the uniform draw is
+    clamped away from 0 and 1 so that the result is **always finite** (a ``loc`` of ``-inf`` gives
+    ``-inf``, meaning "impossible").
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        Shape of the result.
+    loc : float or Tensor, default 0.0
+        Location(s) ``mu``; a tensor must be broadcastable to ``shape``. ``-inf`` allowed, NaN and
+        ``+inf`` are errors.
+    generator : torch.Generator, optional
+        Source of randomness (on the result's device).
+    dtype : torch.dtype, optional
+        Floating dtype of the result; default ``loc.dtype`` for a tensor ``loc``, else
+        ``torch.get_default_dtype()``. The noise is drawn in float32 (float64 for float64) and
+        cast, so float16/bfloat16 results are not coarser than the dtype itself.
+    device : torch.device or str, optional
+        Device of the result; default ``loc.device`` for a tensor ``loc``, else the CPU.
+
+    Returns
+    -------
+    Tensor of shape ``shape``.
+
+    Notes
+    -----
+    In float32 the draws lie in [-4.5, 16.7]: the grid of float32 uniforms cannot represent the
+    tails beyond (probability about 6e-8 each); in float64 the cut is at probability ~1e-16.
+    Reference: Gumbel (1954); Maddison, Tarlow & Minka (2014).
+    """
+    func = "sample_gumbel"
+    shape = _as_shape(shape, func)
+    if isinstance(loc, torch.Tensor):
+        as_float_tensor(loc, "loc", func, allow_empty=True)
+        check_no_nan(loc, "loc", func)
+        check_no_posinf(loc, "loc", func)
+        if dtype is None:
+            dtype = loc.dtype
+        if device is None:
+            device = loc.device
+        elif torch.device(device) != loc.device:
+            raise ValueError(
+                f"{func}: argument 'device' is {torch.device(device)} but 'loc' is on {loc.device}"
+            )
+        try:
+            target = torch.broadcast_shapes(loc.shape, shape)
+        except RuntimeError:
+            target = None
+        if target != torch.Size(shape):
+            raise ValueError(
+                f"{func}: argument 'loc' of shape {tuple(loc.shape)} does not broadcast to "
+                f"'shape' {shape}"
+            )
+    elif isinstance(loc, Real) and not isinstance(loc, bool):
+        loc = float(loc)
+        if math.isnan(loc) or loc == math.inf:
+            raise ValueError(f"{func}: argument 'loc' must be finite or -inf, got {loc}")
+    else:
+        raise TypeError(f"{func}: argument 'loc' must be a number or a tensor, got {type(loc).__name__}")
+    if dtype is None:
+        dtype = torch.get_default_dtype()
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"{func}: argument 'dtype' must be a floating torch.dtype, got {dtype!r}")
+    device = torch.device("cpu") if device is None else torch.device(device)
+    check_generator(generator, device, func)
+    g = _standard_gumbel(shape, dtype, device, generator)
+    if isinstance(loc, torch.Tensor):
+        return g.add_(loc.to(dtype))
+    return g.add_(loc) if loc != 0.0 else g
+
+
+# ------------------------------------------------------------------------------------------------
+# log(1 - exp(x)), truncated Gumbels, Gumbels with a given maximum
+# ------------------------------------------------------------------------------------------------
+def _log1mexp(x: torch.Tensor) -> torch.Tensor:
+    # Mächler (2012): for x close to 0, exp(x) is close to 1 and 1 - exp(x) cancels, so use
+    # expm1, which is exact there; for x far below 0, exp(x) is tiny and log1p is exact. The
+    # switch at -log 2 is where both are accurate. Both branches are finite for x < 0, so the
+    # gradient of torch.where never meets inf * 0.
+    return torch.where(x > -_LN2, torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+
+
+def log1mexp(x: torch.Tensor) -> torch.Tensor:
+    """``log(1 - exp(x))`` for ``x <= 0``, accurate for every ``x`` (Mächler 2012).
+
+    The naive form loses all digits near ``x = 0`` (``1 - exp(-1e-20)`` is 0 in float64) and
+    ``log(-expm1(x))`` loses them for very negative ``x``; this picks the accurate branch.
+    ``log1mexp(0) = -inf`` and ``log1mexp(-inf) = 0``.
+
+    Parameters
+    ----------
+    x : Tensor, any shape, every entry ``<= 0`` (``-inf`` allowed).
+
+    Returns
+    -------
+    Tensor of the same shape and dtype.
+    """
+    func = "log1mexp"
+    as_float_tensor(x, "x", func, allow_empty=True)
+    check_no_nan(x, "x", func)
+    if bool((x > 0).any()):
+        raise ValueError(f"{func}: argument 'x' must be <= 0 everywhere, got max {x.max().item()}")
+    return _log1mexp(x)
+
+
+def _softplus(v: torch.Tensor) -> torch.Tensor:
+    # log(1 + e^v) written as max(v, 0) + log1p(e^{-|v|}): exact for every v, +inf -> +inf and
+    # -inf -> 0. (F.softplus returns v itself above its threshold of 20, an error of up to 2e-9.)
+    return torch.relu(v) + torch.log1p(torch.exp(-v.abs()))
+
+
+def _check_loc(x, name: str, func: str) -> torch.Tensor:
+    as_float_tensor(x, name, func)
+    check_no_nan(x, name, func)
+    check_no_posinf(x, name, func)
+    return x
+
+
+def truncated_gumbel(loc: torch.Tensor, upper: torch.Tensor, *, generator=None) -> torch.Tensor:
+    """Sample ``Gumbel(loc)`` conditioned to be ``<= upper``, elementwise.
+
+    The truncated CDF is ``F(g) = exp(exp(loc - upper) - exp(loc - g))`` for ``g <= upper``; its
+    inverse applied to a uniform ``U`` equals ``-log(exp(-upper) + exp(-G))`` with
+    ``G = loc - log(-log U)`` a plain Gumbel draw (Maddison et al. 2014; Kool et al. 2019, eq. 22).
+    We compute it as ``-logaddexp(-upper, -G)``, which never overflows and is ``<= upper`` exactly.
+
+    Parameters
+    ----------
+    loc : Tensor
+        Locations; ``-inf`` (impossible) gives ``-inf``. NaN/``+inf`` are errors.
+    upper : Tensor
+        Truncation points, broadcastable against ``loc``. ``+inf`` means no truncation; ``-inf``
+        gives ``-inf`` (the limit). NaN is an error.
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    Tensor of shape ``broadcast(loc.shape, upper.shape)`` and the promoted dtype of both.
+    """
+    func = "truncated_gumbel"
+    _check_loc(loc, "loc", func)
+    as_float_tensor(upper, "upper", func)
+    check_no_nan(upper, "upper", func)
+    if upper.device != loc.device:
+        raise ValueError(
+            f"{func}: argument 'upper' is on {upper.device} but 'loc' is on {loc.device}"
+        )
+    try:
+        shape = torch.broadcast_shapes(loc.shape, upper.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"{func}: argument 'upper' of shape {tuple(upper.shape)} does not broadcast against "
+            f"'loc' of shape {tuple(loc.shape)}"
+        ) from None
+    check_generator(generator, loc.device, func)
+    dtype = torch.promote_types(loc.dtype, upper.dtype)
+    g = _standard_gumbel(shape, dtype, loc.device, generator).add_(loc.to(dtype))
+    # Naively phi - log(exp(phi - T) - log U): exp(phi - T) overflows once phi - T > 88 (float32)
+    # and the result becomes -inf instead of ~T. With G a Gumbel(phi) draw the same number is
+    # -log(e^{-T} + e^{-G}), i.e. -logaddexp(-T, -G), which torch evaluates as
+    # max + log1p(exp(-|diff|)): no overflow, and the result is <= T exactly since log1p(.) >= 0.
+    return torch.logaddexp(-upper.to(dtype), -g).neg_()
+
+
+def _keepdim_maximum(maximum: torch.Tensor, loc: torch.Tensor, func: str) -> torch.Tensor:
+    """Return ``maximum`` with a trailing dimension of size 1, checking its shape against loc."""
+    batch = loc.shape[:-1]
+    if maximum.dim() >= 1 and maximum.shape[-1] == 1:
+        m = maximum
+    elif maximum.shape == batch:
+        m = maximum.unsqueeze(-1)
+    elif maximum.dim() == 0:
+        m = maximum.reshape(1)
+    else:
+        raise ValueError(
+            f"{func}: argument 'maximum' of shape {tuple(maximum.shape)} does not fit 'loc' of "
+            f"shape {tuple(loc.shape)}: give one maximum per row, of shape {tuple(batch)} or "
+            f"{tuple(batch) + (1,)} (the maximum is over the last dimension of 'loc')"
+        )
+    try:
+        torch.broadcast_shapes(m.shape, loc.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"{func}: argument 'maximum' of shape {tuple(maximum.shape)} does not broadcast "
+            f"against 'loc' of shape {tuple(loc.shape)} (with a trailing dimension of size 1)"
+        ) from None
+    return m
+
+
+def gumbel_with_max(loc: torch.Tensor, maximum: torch.Tensor, *, generator=None) -> torch.Tensor:
+    """Sample Gumbels ``G_i ~ Gumbel(loc_i)`` over the last dimension, conditioned on ``max_i G_i = maximum``.
+
+    We draw unconditioned Gumbels ``G_i`` with maximum ``Z`` and map each through the monotone
+    function ``G~_i = -log(exp(-T) - exp(-Z) + exp(-G_i))`` (``T = maximum``), i.e.
+    ``F^{-1}_{loc_i, T}(F_{loc_i, Z}(G_i))`` with ``F_{loc, T}`` the CDF of a Gumbel truncated at
+    ``T``. The argmax keeps its place and becomes exactly ``T``; every other entry is a Gumbel
+    truncated at ``T`` (Kool et al. 2019, eq. 23 and Appendix B). This is the step that stochastic
+    beam search uses to pass a parent's perturbed log-probability to its children.
+
+    Stable form (Kool et al. 2019, Appendix B): with
+    ``v = T - G_i + log1mexp(G_i - Z)`` we have ``exp(-T) - exp(-Z) + exp(-G_i) = exp(-T)(1 + e^v)``
+    so ``G~_i = T - softplus(v)``.
+
+    Parameters
+    ----------
+    loc : Tensor of shape ``(..., n)``
+        Locations; ``-inf`` entries (impossible) come out as ``-inf``. A row that is all ``-inf``
+        with a finite maximum is an error (no Gumbels can have that maximum).
+    maximum : Tensor of shape ``(...)`` or ``(..., 1)``
+        The required maximum ``T`` of each row; broadcastable against ``loc``'s batch dims.
+        ``-inf`` gives a row of ``-inf``; NaN and ``+inf`` are errors.
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    Tensor of shape ``broadcast(loc.shape, maximum_keepdim.shape)``, promoted dtype; its max
+    over the last dimension equals ``maximum`` exactly.
+    """
+    func = "gumbel_with_max"
+    _check_loc(loc, "loc", func)
+    if loc.dim() == 0:
+        raise ValueError(f"{func}: argument 'loc' is a 0-d tensor; it needs a last dimension of items")
+    as_float_tensor(maximum, "maximum", func)
+    check_no_nan(maximum, "maximum", func)
+    check_no_posinf(maximum, "maximum", func)
+    if maximum.device != loc.device:
+        raise ValueError(
+            f"{func}: argument 'maximum' is on {maximum.device} but 'loc' is on {loc.device}"
+        )
+    check_generator(generator, loc.device, func)
+    t = _keepdim_maximum(maximum, loc, func)
+    dtype = torch.promote_types(loc.dtype, maximum.dtype)
+    t = t.to(dtype)
+    shape = torch.broadcast_shapes(t.shape, loc.shape)
+    g = _standard_gumbel(shape, dtype, loc.device, generator).add_(loc.to(dtype))
+    z = g.amax(dim=-1, keepdim=True)
+    t_dead = t == -math.inf
+    bad = (z == -math.inf) & ~t_dead
+    if bool(bad.any()):
+        row = tuple(bad.squeeze(-1).nonzero()[0].tolist()) if bad.dim() > 1 else ()
+        raise ValueError(
+            f"{func}: argument 'loc' has a row with no possible item (all -inf) at batch index "
+            f"{row} but a finite 'maximum'; no Gumbels can have that maximum"
+        )
+    t_safe = torch.where(t_dead, torch.zeros_like(t), t)
+    z_safe = torch.where(z == -math.inf, torch.zeros_like(z), z)
+    d = g - z_safe  # <= 0; exactly 0 at the argmax
+    is_max = d == 0
+    # log1mexp(0) = -inf would make v = -inf (fine forwards: softplus(-inf) = 0, result T) but its
+    # gradient is inf * 0 = NaN; the argmax is overwritten with T below, so feed it a dummy -1.
+    d_safe = torch.where(is_max, torch.full_like(d, -1.0), d)
+    # Naively -log(e^{-T} - e^{-Z} + e^{-G}): e^{-G} overflows for G < -88 (float32), and
+    # e^{-T} - e^{-Z} cancels catastrophically when T ~ Z. The stable form: v = T - G + log(1 -
+    # e^{G - Z}), where log(1 - e^{G-Z}) is log1mexp (G - Z near 0 is exactly where 1 - e^{G-Z}
+    # loses every digit), and then G~ = T - softplus(v), each piece bounded.
+    v = t_safe - g + _log1mexp(d_safe)
+    out = t_safe - _softplus(v)
+    out = torch.where(is_max, t_safe.expand_as(out), out)
+    # G = -inf (impossible item): d = -inf, log1mexp(-inf) = 0, v = +inf, softplus = +inf -> -inf.
+    return torch.where(t_dead, torch.full_like(out, -math.inf), out)
+
+
+# ------------------------------------------------------------------------------------------------
+# Gumbel-max, Gumbel-softmax, Gumbel-top-k, Plackett-Luce
+# ------------------------------------------------------------------------------------------------
+def _check_logits(logits, func: str) -> torch.Tensor:
+    as_float_tensor(logits, "logits", func)
+    if logits.dim() == 0:
+        raise ValueError(
+            f"{func}: argument 'logits' is a 0-d tensor; it needs a last dimension of classes"
+        )
+    return logits
+
+
+def _explain_bad_rows(logits: torch.Tensor, func: str, k: int = 1) -> None:
+    """Called after a cheap check on the perturbed top values failed: find and report the cause."""
+    check_no_nan(logits, "logits", func)
+    check_no_posinf(logits, "logits", func)
+    possible = (logits > -math.inf).sum(-1)
+    short = possible < k
+    if bool(short.any()):
+        row = tuple(short.nonzero()[0].tolist()) if short.dim() >= 1 else ()
+        if k == 1:
+            raise ValueError(
+                f"{func}: argument 'logits' has a row with no possible class (all -inf) at batch "
+                f"index {row}"
+            )
+        raise ValueError(
+            f"{func}: argument 'k'={k} is larger than the number of possible items "
+            f"({int(possible[row] if row else possible)}, the finite logits) in row {row} of 'logits'"
+        )
+
+
+def _check_top_values(values: torch.Tensor, logits: torch.Tensor, func: str, k: int = 1) -> None:
+    # torch.max/topk put NaN first and +inf is the largest value, so the k top perturbed values of
+    # a row are all finite iff the row has no NaN, no +inf and at least k finite logits. Checking
+    # these k values instead of the whole input keeps validation off the hot path.
+    if not bool(torch.isfinite(values).all()):
+        _explain_bad_rows(logits, func, k)
+
+
+def gumbel_max(logits: torch.Tensor, *, generator=None) -> torch.Tensor:
+    """Draw one categorical sample per row by the Gumbel-max trick.
+
+    ``argmax_i (logits_i + G_i)`` with ``G_i`` i.i.d. standard Gumbel is distributed as
+    ``Categorical(softmax(logits))`` (Gumbel 1954; Maddison et al. 2014, 2017). Each class needs
+    its **own** Gumbel: a single ``G`` shared by all classes always returns ``argmax logits``.
+
+    Parameters
+    ----------
+    logits : Tensor of shape ``(..., n)``
+        Unnormalised log-probabilities over the last dimension; ``-inf`` means impossible. Each
+        row needs at least one finite entry.
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    LongTensor of shape ``(...)``: the sampled class per row.
+    """
+    func = "gumbel_max"
+    _check_logits(logits, func)
+    check_generator(generator, logits.device, func)
+    perturbed = _standard_gumbel(logits.shape, logits.dtype, logits.device, generator).add_(logits)
+    values, idx = perturbed.max(dim=-1)
+    _check_top_values(values, logits, func)
+    return idx
+
+
+def gumbel_softmax(logits: torch.Tensor, tau, *, hard: bool = False, generator=None) -> torch.Tensor:
+    """Gumbel-softmax / Concrete sample: ``softmax((logits + G) / tau)`` over the last dimension.
+
+    A reparameterised, differentiable relaxation of a one-hot categorical sample (Maddison, Mnih
+    & Teh 2017; Jang, Gu & Poole 2017). As ``tau -> 0`` the sample tends to
+    ``one_hot(argmax(logits + G))`` -- a *sample* from ``softmax(logits)`` -- and its gradient
+    estimates are biased for every ``tau > 0``.
+
+    With ``hard=True`` the forward value is exactly ``one_hot(argmax(logits + G))`` and the
+    gradient is that of the soft sample (the straight-through estimator, Bengio et al. 2013;
+    Jang et al. 2017).
+
+    Parameters
+    ----------
+    logits : Tensor of shape ``(..., n)``
+        ``-inf`` means impossible (probability 0 in every sample). Each row needs a finite entry.
+    tau : float > 0
+        Temperature.
+    hard : bool, default False
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    Tensor of the shape and dtype of ``logits``; each row sums to 1.
+    """
+    func = "gumbel_softmax"
+    _check_logits(logits, func)
+    tau = check_positive_number(tau, "tau", func)
+    if not isinstance(hard, bool):
+        raise TypeError(f"{func}: argument 'hard' must be a bool, got {type(hard).__name__}")
+    check_generator(generator, logits.device, func)
+    noise = _standard_gumbel(logits.shape, logits.dtype, logits.device, generator)
+    # logits + G is formed out of place so that autograd sees logits; the noise buffer is reused.
+    perturbed = noise.add_(logits) if not logits.requires_grad else noise + logits
+    if tau != 1.0:
+        perturbed = perturbed.div_(tau) if not logits.requires_grad else perturbed / tau
+    top, idx = perturbed.detach().max(dim=-1, keepdim=True)
+    _check_top_values(top, logits, func)
+    soft = torch.softmax(perturbed, dim=-1)
+    if not hard:
+        return soft
+    one_hot = torch.zeros_like(soft).scatter_(-1, idx, 1.0)
+    # Straight-through: forward value one_hot exactly (soft - soft.detach() is exactly 0, unlike
+    # one_hot - soft.detach() + soft, which can round to 0.9999999), backward the soft gradient.
+    return one_hot + (soft - soft.detach())
+
+
+def gumbel_topk(logits: torch.Tensor, k: int, *, generator=None) -> torch.Tensor:
+    """Sample ``k`` distinct classes per row without replacement, in sampled order (Gumbel-top-k).
+
+    The indices of the ``k`` largest ``logits_i + G_i`` (in decreasing order) are distributed as
+    ``k`` successive draws without replacement from ``softmax(logits)``: the Plackett-Luce
+    distribution whose log-probability is :func:`plackett_luce_log_prob` (Vieira 2014; Kool, van
+    Hoof & Welling 2019, eq. 8-10).
+
+    Parameters
+    ----------
+    logits : Tensor of shape ``(..., n)``
+        ``-inf`` means impossible: such items are never drawn, so ``k`` may not exceed the number
+        of finite logits in any row.
+    k : int, ``1 <= k <= n``
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    LongTensor of shape ``(..., k)``: the drawn classes, first draw first.
+    """
+    func = "gumbel_topk"
+    _check_logits(logits, func)
+    n = logits.shape[-1]
+    k = check_int(k, "k", func, minimum=1)
+    if k > n:
+        raise ValueError(
+            f"{func}: argument 'k'={k} is larger than the number of items n={n} (last dim of 'logits')"
+        )
+    check_generator(generator, logits.device, func)
+    perturbed = _standard_gumbel(logits.shape, logits.dtype, logits.device, generator).add_(logits)
+    values, idx = perturbed.topk(k, dim=-1, largest=True, sorted=True)
+    _check_top_values(values, logits, func, k)
+    return idx
+
+
+def plackett_luce_log_prob(logits: torch.Tensor, ordered: torch.Tensor) -> torch.Tensor:
+    """Exact log-probability of an ordered draw without replacement (Plackett-Luce).
+
+    ``log P(i_1, ..., i_k) = sum_j [ logits_{i_j} - logsumexp_{l not in {i_1..i_{j-1}}} logits_l ]``
+    (Plackett 1975; Luce 1959; Kool et al. 2019, eq. 9): the law of :func:`gumbel_topk`.
+
+    The remaining mass at step ``j`` is never formed as "total minus what was drawn" (that
+    subtraction cancels catastrophically once the drawn items hold almost all the mass). It is
+    the log-sum of two disjoint parts: the items never drawn, and the drawn items ``i_j..i_k``
+    (a reversed cumulative logsumexp).
+
+    Parameters
+    ----------
+    logits : Tensor of shape ``(..., n)``
+        ``-inf`` means impossible (a tuple containing such an item has log-probability ``-inf``).
+    ordered : LongTensor of shape ``(..., k)``, ``1 <= k <= n``
+        Distinct indices in ``[0, n)`` per row, first draw first. Batch dimensions broadcast
+        against those of ``logits``.
+
+    Returns
+    -------
+    Tensor of shape ``broadcast(logits.shape[:-1], ordered.shape[:-1])``, differentiable in
+    ``logits``.
+    """
+    func = "plackett_luce_log_prob"
+    _check_logits(logits, func)
+    check_no_nan(logits, "logits", func)
+    check_no_posinf(logits, "logits", func)
+    if not isinstance(ordered, torch.Tensor):
+        raise TypeError(f"{func}: argument 'ordered' must be a torch.Tensor, got {type(ordered).__name__}")
+    if ordered.dtype.is_floating_point or ordered.dtype.is_complex or ordered.dtype == torch.bool:
+        raise TypeError(f"{func}: argument 'ordered' must be an integer tensor, got {ordered.dtype}")
+    if ordered.dim() == 0:
+        raise ValueError(f"{func}: argument 'ordered' is a 0-d tensor; it needs a last dimension of draws")
+    if ordered.device != logits.device:
+        raise ValueError(
+            f"{func}: argument 'ordered' is on {ordered.device} but 'logits' is on {logits.device}"
+        )
+    n, k = logits.shape[-1], ordered.shape[-1]
+    if not 1 <= k <= n:
+        raise ValueError(
+            f"{func}: argument 'ordered' has k={k} draws per row; it needs 1 <= k <= n={n}"
+        )
+    if bool(((ordered < 0) | (ordered >= n)).any()):
+        raise ValueError(
+            f"{func}: argument 'ordered' has an index outside [0, {n}) "
+            f"(min {ordered.min().item()}, max {ordered.max().item()})"
+        )
+    try:
+        batch = torch.broadcast_shapes(logits.shape[:-1], ordered.shape[:-1])
+    except RuntimeError:
+        raise ValueError(
+            f"{func}: the batch shapes of 'logits' {tuple(logits.shape[:-1])} and 'ordered' "
+            f"{tuple(ordered.shape[:-1])} do not broadcast"
+        ) from None
+    idx = ordered.long().expand(*batch, k)
+    srt = idx.sort(dim=-1).values
+    if k > 1 and bool((srt[..., 1:] == srt[..., :-1]).any()):
+        raise ValueError(f"{func}: argument 'ordered' repeats an index within a row; draws without "
+                         "replacement are distinct")
+    lg = logits.expand(*batch, n)
+    chosen = lg.gather(-1, idx)  # (..., k)
+    # Items never drawn: logits with the k drawn ones masked out (-inf).
+    drawn = torch.zeros(lg.shape, dtype=torch.bool, device=lg.device).scatter_(-1, idx, True)
+    # When k = n nothing is left and logsumexp over an all -inf row has a NaN gradient
+    # (exp(-inf - (-inf))); there we use the last drawn item as the "rest" instead, see below.
+    if k < n:
+        rest = lg.masked_fill(drawn, -math.inf).logsumexp(-1, keepdim=True)  # (..., 1)
+        tail = chosen
+    else:
+        rest = chosen[..., -1:]
+        tail = chosen[..., :-1]
+    # tail_lse[j] = logsumexp(tail[j:]) by a reversed cumulative logsumexp.
+    tail_lse = tail.flip(-1).logcumsumexp(-1).flip(-1)
+    denom = torch.logaddexp(tail_lse, rest)
+    if k == n:
+        denom = torch.cat([denom, rest], dim=-1)
+    return (chosen - denom).sum(-1)

@@ -1,0 +1,364 @@
+"""Tests of softmaxbook.gumbel.
+
+Statistical tests use fixed seeds, so they are deterministic; the thresholds are stated beside
+each one as the false-alarm rate they would have under fresh randomness (p-value cut 1e-3 means a
+correct sampler fails with probability 0.1 %). Each statistical test has a twin showing that the
+same test rejects a deliberately wrong sampler, so the test can fail.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+import softmaxbook.gumbel as gm
+from softmaxbook.gumbel import (
+    gumbel_max,
+    gumbel_softmax,
+    gumbel_topk,
+    gumbel_with_max,
+    log1mexp,
+    plackett_luce_log_prob,
+    sample_gumbel,
+    truncated_gumbel,
+)
+
+P_CUT = 1e-3  # reject when p < 1e-3: a correct sampler fails with probability 0.1 % per test
+EULER = 0.5772156649015329
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def gumbel_cdf(g, loc=0.0):
+    return np.exp(-np.exp(-(g - loc)))
+
+
+def truncated_cdf(g, loc, upper):
+    # F_{loc,T}(g) = exp(exp(loc - T) - exp(loc - min(g, T)))
+    g = np.minimum(g, upper)
+    return np.exp(np.exp(loc - upper) - np.exp(loc - g))
+
+
+def ks_p(samples, cdf):
+    return stats.kstest(np.asarray(samples, dtype=np.float64), cdf).pvalue
+
+
+# ------------------------------------------------------------------------------------------------
+# sample_gumbel
+# ------------------------------------------------------------------------------------------------
+def test_sample_gumbel_matches_gumbel_cdf():
+    x = sample_gumbel(20000, loc=1.5, generator=gen(1), dtype=torch.float64)
+    assert ks_p(x, lambda g: gumbel_cdf(g, 1.5)) > P_CUT
+
+
+def test_sample_gumbel_ks_rejects_wrong_location():
+    x = sample_gumbel(20000, loc=1.5, generator=gen(1), dtype=torch.float64)
+    # A sampler off by 0.05 in location: the same KS test at the same sample size must reject it.
+    assert ks_p(x + 0.05, lambda g: gumbel_cdf(g, 1.5)) < P_CUT
+
+
+def test_sample_gumbel_moments():
+    x = sample_gumbel(200000, generator=gen(2), dtype=torch.float64)
+    # mean gamma, variance pi^2/6; standard errors are 0.0029 and ~0.0056: 5 sigma bounds
+    assert abs(x.mean().item() - EULER) < 0.015
+    assert abs(x.var().item() - math.pi**2 / 6) < 0.03
+
+
+def test_sample_gumbel_is_finite_when_uniforms_hit_0_or_1(monkeypatch):
+    # torch.rand can return exactly 0 (float32: probability 2^-24 per draw); force it.
+    for value in (0.0, 1.0):
+        for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            monkeypatch.setattr(
+                gm.torch, "rand", lambda *a, value=value, **kw: torch.full(a[0], value, dtype=kw["dtype"])
+            )
+            g = sample_gumbel((5,), dtype=dtype)
+            assert torch.isfinite(g).all(), (value, dtype)
+            assert g.dtype == dtype
+    monkeypatch.undo()
+
+
+def test_sample_gumbel_bounds_float32():
+    lo = gm._standard_gumbel((1,), torch.float32, "cpu", None)  # just exercises the path
+    assert torch.isfinite(lo).all()
+    info = torch.finfo(torch.float32)
+    assert -math.log(-math.log(info.tiny)) > -4.5
+    assert -math.log(-math.log(1 - info.eps / 2)) < 16.7
+
+
+def test_sample_gumbel_shape_dtype_device_and_loc_tensor():
+    loc = torch.tensor([0.0, -math.inf, 3.0], dtype=torch.float64)
+    g = sample_gumbel((4, 3), loc=loc, generator=gen(0))
+    assert g.shape == (4, 3) and g.dtype == torch.float64 and g.device == loc.device
+    assert torch.isneginf(g[:, 1]).all() and torch.isfinite(g[:, [0, 2]]).all()
+    assert sample_gumbel(2).dtype == torch.get_default_dtype()
+    assert sample_gumbel((2, 0)).shape == (2, 0)
+    for dt in (torch.float16, torch.bfloat16):
+        assert sample_gumbel(3, dtype=dt).dtype == dt
+
+
+def test_sample_gumbel_generator_reproducible():
+    a = sample_gumbel((3, 5), generator=gen(7))
+    b = sample_gumbel((3, 5), generator=gen(7))
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(shape=(2, -1)), ValueError, "argument 'shape'"),
+        (dict(shape="3"), TypeError, "argument 'shape'"),
+        (dict(shape=3, loc=float("nan")), ValueError, "argument 'loc'"),
+        (dict(shape=3, loc=torch.tensor([0.0, float("nan"), 0.0])), ValueError, "argument 'loc' contains NaN"),
+        (dict(shape=3, loc=torch.tensor([0.0, float("inf"), 0.0])), ValueError, "argument 'loc' contains \\+inf"),
+        (dict(shape=3, loc=torch.zeros(4)), ValueError, "argument 'loc' of shape"),
+        (dict(shape=3, loc=torch.zeros(3, dtype=torch.long)), TypeError, "argument 'loc'"),
+        (dict(shape=3, loc="0"), TypeError, "argument 'loc'"),
+        (dict(shape=3, dtype=torch.long), TypeError, "argument 'dtype'"),
+        (dict(shape=3, generator=1), TypeError, "argument 'generator'"),
+    ],
+)
+def test_sample_gumbel_bad_arguments(kwargs, exc, match):
+    shape = kwargs.pop("shape")
+    with pytest.raises(exc, match="^sample_gumbel: .*" + match):
+        sample_gumbel(shape, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# log1mexp
+# ------------------------------------------------------------------------------------------------
+def test_log1mexp_accurate_everywhere():
+    x = torch.tensor([-1e-20, -1e-8, -0.1, -math.log(2), -1.0, -30.0, -800.0], dtype=torch.float64)
+    exact = [math.log(-math.expm1(v)) if v > -1 else math.log1p(-math.exp(v)) for v in x.tolist()]
+    np.testing.assert_allclose(log1mexp(x).numpy(), exact, rtol=1e-14)
+    # the naive form loses everything near 0
+    assert not torch.isfinite(torch.log(1 - torch.exp(x[:1]))).all()
+    assert log1mexp(torch.tensor([0.0])).item() == -math.inf
+    assert log1mexp(torch.tensor([-math.inf])).item() == 0.0
+
+
+def test_log1mexp_gradcheck():
+    x = torch.tensor([-1e-3, -0.5, -0.7, -3.0], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(log1mexp, (x,))
+
+
+def test_log1mexp_bad_arguments():
+    with pytest.raises(ValueError, match="^log1mexp: argument 'x' must be <= 0"):
+        log1mexp(torch.tensor([0.1]))
+    with pytest.raises(ValueError, match="^log1mexp: argument 'x' contains NaN"):
+        log1mexp(torch.tensor([float("nan")]))
+
+
+# ------------------------------------------------------------------------------------------------
+# truncated_gumbel
+# ------------------------------------------------------------------------------------------------
+def test_truncated_gumbel_matches_truncated_cdf():
+    loc, upper = 0.7, 0.2
+    x = truncated_gumbel(torch.full((20000,), loc, dtype=torch.float64), torch.tensor(upper, dtype=torch.float64),
+                         generator=gen(3))
+    assert (x <= upper).all()
+    assert ks_p(x, lambda g: truncated_cdf(g, loc, upper)) > P_CUT
+
+
+def test_truncated_gumbel_ks_rejects_clamping():
+    # A plausible wrong sampler: min(G, T) puts an atom at T; the same KS test rejects it.
+    loc, upper = 0.7, 0.2
+    g = sample_gumbel(20000, loc=loc, generator=gen(3), dtype=torch.float64).clamp(max=upper)
+    assert ks_p(g, lambda v: truncated_cdf(v, loc, upper)) < P_CUT
+
+
+def test_truncated_gumbel_equals_inverse_cdf_formula():
+    # Same uniforms through the textbook inverse CDF phi - log(exp(phi - T) - log u).
+    loc = torch.tensor([-2.0, 0.0, 3.0, 10.0], dtype=torch.float64)
+    upper = torch.tensor([0.5, 0.0, -1.0, 12.0], dtype=torch.float64)
+    x = truncated_gumbel(loc, upper, generator=gen(4))
+    u = torch.rand(4, dtype=torch.float64, generator=gen(4))
+    naive = loc - torch.log(torch.exp(loc - upper) - torch.log(u))
+    torch.testing.assert_close(x, naive, rtol=1e-12, atol=1e-12)
+
+
+def test_truncated_gumbel_extremes_stay_finite_and_below_upper():
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        loc = torch.tensor([0.0, 0.0, 1e4, -1e4, -math.inf], dtype=dtype)
+        upper = torch.tensor([-1e3, 1e3, 0.0, 0.0, 0.0], dtype=dtype)
+        x = truncated_gumbel(loc, upper, generator=gen(5))
+        assert torch.isfinite(x[:4]).all() and x[4] == -math.inf, dtype
+        assert (x <= upper).all(), dtype
+        # loc far above the truncation: all the mass sits just below T
+        torch.testing.assert_close(x[[0, 2]], upper[[0, 2]], rtol=0, atol=1e-6)
+    # the naive form overflows to -inf there
+    naive = 0.0 - torch.log(torch.exp(torch.tensor(0.0 + 1e3)) + 1.0)
+    assert naive == -math.inf
+
+
+def test_truncated_gumbel_infinite_upper_is_plain_gumbel():
+    loc = torch.zeros(5, dtype=torch.float64)
+    x = truncated_gumbel(loc, torch.tensor(math.inf, dtype=torch.float64), generator=gen(6))
+    torch.testing.assert_close(x, sample_gumbel(5, generator=gen(6), dtype=torch.float64))
+
+
+def test_truncated_gumbel_broadcasts_and_promotes():
+    x = truncated_gumbel(torch.zeros(3, 1), torch.zeros(4, dtype=torch.float64), generator=gen(0))
+    assert x.shape == (3, 4) and x.dtype == torch.float64
+
+
+@pytest.mark.parametrize(
+    "loc, upper, exc, match",
+    [
+        (torch.tensor([float("nan")]), torch.tensor(0.0), ValueError, "argument 'loc' contains NaN"),
+        (torch.tensor([float("inf")]), torch.tensor(0.0), ValueError, "argument 'loc' contains \\+inf"),
+        (torch.tensor([0.0]), torch.tensor(float("nan")), ValueError, "argument 'upper' contains NaN"),
+        (torch.zeros(3), torch.zeros(2), ValueError, "argument 'upper' of shape"),
+        ([0.0], torch.tensor(0.0), TypeError, "argument 'loc'"),
+        (torch.zeros(3), 0.0, TypeError, "argument 'upper'"),
+    ],
+)
+def test_truncated_gumbel_bad_arguments(loc, upper, exc, match):
+    with pytest.raises(exc, match="^truncated_gumbel: " + match):
+        truncated_gumbel(loc, upper)
+
+
+# ------------------------------------------------------------------------------------------------
+# gumbel_with_max
+# ------------------------------------------------------------------------------------------------
+PHI = torch.tensor([1.0, 0.0, -0.5, -math.inf, 0.3], dtype=torch.float64)
+
+
+def naive_gumbel_with_max(loc, t, g):
+    """The formula as written, in float64, from given unconditioned Gumbels g."""
+    z = g.max(-1, keepdim=True).values
+    return -torch.log(torch.exp(-t) - torch.exp(-z) + torch.exp(-g))
+
+
+def test_gumbel_with_max_hits_the_maximum_exactly():
+    t = torch.tensor([[2.0], [-3.0], [40.0]], dtype=torch.float64)
+    out = gumbel_with_max(PHI.expand(3, 5), t, generator=gen(8))
+    assert torch.equal(out.max(-1, keepdim=True).values, t)
+    assert torch.isneginf(out[:, 3]).all() and torch.isfinite(out[:, [0, 1, 2, 4]]).all()
+
+
+def test_gumbel_with_max_equals_the_formula_on_moderate_inputs():
+    n = 1000
+    loc = PHI.expand(n, 5)
+    t = torch.linspace(-2, 3, n, dtype=torch.float64).unsqueeze(-1)
+    out = gumbel_with_max(loc, t, generator=gen(9))
+    g = sample_gumbel((n, 5), loc=loc, generator=gen(9))
+    expected = naive_gumbel_with_max(loc, t, g)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_gumbel_with_max_argmax_follows_softmax():
+    n = 20000
+    out = gumbel_with_max(PHI.expand(n, 5), torch.tensor(0.0, dtype=torch.float64), generator=gen(10))
+    counts = torch.bincount(out.argmax(-1), minlength=5).numpy()
+    p = torch.softmax(PHI, 0).numpy()
+    keep = p > 0
+    assert counts[~keep].sum() == 0
+    assert stats.chisquare(counts[keep], n * p[keep]).pvalue > P_CUT
+
+
+def test_gumbel_with_max_others_are_truncated_gumbels():
+    # Kool et al. (2019), eq. 23: given the max T, each non-argmax G~_i ~ TruncatedGumbel(phi_i, T).
+    n, t = 20000, 0.4
+    out = gumbel_with_max(PHI.expand(n, 5), torch.tensor(t, dtype=torch.float64), generator=gen(11))
+    am = out.argmax(-1)
+    for i in (0, 1, 2, 4):
+        x = out[am != i, i]
+        assert ks_p(x, lambda g, i=i: truncated_cdf(g, PHI[i].item(), t)) > P_CUT, i
+
+
+def test_gumbel_with_max_ks_rejects_a_shift():
+    # Wrong sampler: shift all Gumbels by T - Z (max becomes T, but the others are not truncated
+    # Gumbels). The same KS test must reject it.
+    n, t = 20000, 0.4
+    g = sample_gumbel((n, 5), loc=PHI.expand(n, 5), generator=gen(11))
+    out = g + (t - g.max(-1, keepdim=True).values)
+    am = out.argmax(-1)
+    assert ks_p(out[am != 1, 1], lambda v: truncated_cdf(v, 0.0, t)) < P_CUT
+
+
+def test_gumbel_with_max_stable_where_naive_fails():
+    # float32, T far below the locations and locations far below T: the naive formula gives
+    # NaN/-inf/+inf (exp(-G) overflows, exp(-T) - exp(-Z) cancels); the stable form stays finite.
+    loc = torch.tensor([[0.0, -1.0, 2.0], [0.0, -1.0, 2.0], [-200.0, -150.0, -100.0]])
+    t = torch.tensor([[-120.0], [50.0], [0.0]])
+    out = gumbel_with_max(loc, t, generator=gen(12))
+    assert torch.isfinite(out).all()
+    assert torch.equal(out.max(-1, keepdim=True).values, t)
+    assert (out <= t).all()
+    g = sample_gumbel((3, 3), loc=loc, generator=gen(12))
+    assert not torch.isfinite(naive_gumbel_with_max(loc, t, g)).all()
+    # and agrees with the naive formula evaluated in float64 (no overflow there) on the same draws
+    # (at the argmax even float64 cancels: e^-T - e^-Z + e^-Z can round to <= 0, so skip it)
+    ref = naive_gumbel_with_max(loc.double(), t.double(), g.double())
+    other = g != g.max(-1, keepdim=True).values
+    assert torch.isfinite(ref[other]).all()
+    torch.testing.assert_close(out.double()[other], ref[other], rtol=1e-5, atol=1e-4)
+
+
+def test_gumbel_with_max_maximum_shapes_and_dead_rows():
+    loc = torch.zeros(2, 3, 4)
+    a = gumbel_with_max(loc, torch.zeros(2, 3), generator=gen(0))
+    b = gumbel_with_max(loc, torch.zeros(2, 3, 1), generator=gen(0))
+    assert torch.equal(a, b) and a.shape == (2, 3, 4)
+    c = gumbel_with_max(torch.zeros(4), torch.tensor(1.0), generator=gen(0))
+    assert c.shape == (4,) and c.max() == 1.0
+    # one parent, several maxima: broadcasting over the batch
+    d = gumbel_with_max(torch.zeros(1, 4), torch.tensor([[0.0], [1.0], [2.0]]), generator=gen(0))
+    assert d.shape == (3, 4)
+    # maximum -inf: the row is all -inf, also when loc is all -inf
+    e = gumbel_with_max(torch.tensor([[0.0, 1.0], [-math.inf, -math.inf]]),
+                        torch.tensor([-math.inf, -math.inf]), generator=gen(0))
+    assert torch.isneginf(e).all()
+
+
+def test_gumbel_with_max_gradcheck():
+    loc = torch.tensor([[0.3, -0.2, 1.0], [2.0, 0.0, -1.0]], dtype=torch.float64, requires_grad=True)
+    t = torch.tensor([0.5, -1.0], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: gumbel_with_max(a, b, generator=gen(13)), (loc, t))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    locs=st.lists(st.one_of(st.floats(-1e4, 1e4), st.just(-math.inf)), min_size=1, max_size=6),
+    t=st.floats(-1e4, 1e4),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_gumbel_with_max_property_extreme_inputs(locs, t, dtype, seed):
+    if all(v == -math.inf for v in locs):
+        locs[0] = 0.0
+    loc = torch.tensor(locs, dtype=dtype)
+    tt = torch.tensor(t, dtype=dtype)
+    out = gumbel_with_max(loc, tt, generator=gen(seed))
+    finite = loc > -math.inf
+    assert torch.isfinite(out[finite]).all() and torch.isneginf(out[~finite]).all()
+    assert out.max() == tt and (out <= tt).all()
+
+
+@pytest.mark.parametrize(
+    "loc, maximum, exc, match",
+    [
+        (torch.tensor([0.0, float("nan")]), torch.tensor(0.0), ValueError, "argument 'loc' contains NaN"),
+        (torch.tensor([0.0, float("inf")]), torch.tensor(0.0), ValueError, "argument 'loc' contains \\+inf"),
+        (torch.zeros(2), torch.tensor(float("nan")), ValueError, "argument 'maximum' contains NaN"),
+        (torch.zeros(2), torch.tensor(float("inf")), ValueError, "argument 'maximum' contains \\+inf"),
+        (torch.zeros(3, 4), torch.zeros(4), ValueError, "argument 'maximum' of shape"),
+        (torch.zeros(3, 4), torch.zeros(2, 1), ValueError, "argument 'maximum' of shape"),
+        (torch.tensor(0.0), torch.tensor(0.0), ValueError, "argument 'loc' is a 0-d"),
+        (torch.full((2, 3), -math.inf), torch.zeros(2), ValueError, "argument 'loc' has a row with no possible item"),
+        (torch.zeros(3, dtype=torch.long), torch.tensor(0.0), TypeError, "argument 'loc'"),
+        (torch.zeros(3), 0.0, TypeError, "argument 'maximum'"),
+    ],
+)
+def test_gumbel_with_max_bad_arguments(loc, maximum, exc, match):
+    with pytest.raises(exc, match="^gumbel_with_max: " + match):
+        gumbel_with_max(loc, maximum)
