@@ -362,3 +362,319 @@ def test_gumbel_with_max_property_extreme_inputs(locs, t, dtype, seed):
 def test_gumbel_with_max_bad_arguments(loc, maximum, exc, match):
     with pytest.raises(exc, match="^gumbel_with_max: " + match):
         gumbel_with_max(loc, maximum)
+
+
+# ------------------------------------------------------------------------------------------------
+# gumbel_max
+# ------------------------------------------------------------------------------------------------
+LOGITS = torch.tensor([0.5, -1.0, 2.0, -math.inf, 0.0], dtype=torch.float64)
+
+
+def chi2_p(counts, probs):
+    counts, probs = np.asarray(counts), np.asarray(probs)
+    keep = probs > 0
+    assert counts[~keep].sum() == 0, "an impossible outcome was sampled"
+    return stats.chisquare(counts[keep], counts.sum() * probs[keep] / probs[keep].sum()).pvalue
+
+
+def test_gumbel_max_follows_softmax():
+    idx = gumbel_max(LOGITS.expand(30000, 5), generator=gen(20))
+    assert idx.shape == (30000,) and idx.dtype == torch.long
+    assert chi2_p(torch.bincount(idx, minlength=5), torch.softmax(LOGITS, 0)) > P_CUT
+
+
+def test_gumbel_max_chi2_rejects_one_shared_gumbel():
+    # The recipe that reuses one G for every class (errata 28) always returns argmax(logits).
+    g = sample_gumbel((30000, 1), generator=gen(20), dtype=torch.float64)
+    idx = (LOGITS + g).argmax(-1)
+    assert (idx == 2).all()
+    assert chi2_p(torch.bincount(idx, minlength=5), torch.softmax(LOGITS, 0)) < P_CUT
+
+
+def test_gumbel_max_chi2_rejects_a_slightly_wrong_sampler():
+    # logits scaled by 1.1 (a temperature error of 10 %): the same test at the same size rejects it
+    idx = gumbel_max(1.1 * LOGITS.expand(30000, 5), generator=gen(20))
+    assert chi2_p(torch.bincount(idx, minlength=5), torch.softmax(LOGITS, 0)) < P_CUT
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_gumbel_max_dtypes_and_impossible_classes(dtype):
+    logits = torch.tensor([[0.0, -math.inf, 1.0], [-math.inf, -math.inf, 5.0]], dtype=dtype)
+    idx = gumbel_max(logits.repeat(500, 1), generator=gen(21)).view(500, 2)
+    assert (idx[:, 0] != 1).all() and (idx[:, 1] == 2).all()
+
+
+@pytest.mark.parametrize(
+    "logits, exc, match",
+    [
+        (torch.tensor([0.0, float("nan")]), ValueError, "argument 'logits' contains NaN"),
+        (torch.tensor([0.0, float("inf")]), ValueError, "argument 'logits' contains \\+inf"),
+        (torch.tensor([[0.0, 1.0], [-math.inf, -math.inf]]), ValueError, "no possible class"),
+        (torch.tensor(1.0), ValueError, "argument 'logits' is a 0-d"),
+        (torch.zeros(2, 0), ValueError, "argument 'logits' is empty"),
+        (torch.tensor([1, 2]), TypeError, "argument 'logits'"),
+    ],
+)
+def test_gumbel_max_bad_arguments(logits, exc, match):
+    with pytest.raises(exc, match="^gumbel_max: .*" + match):
+        gumbel_max(logits)
+
+
+# ------------------------------------------------------------------------------------------------
+# gumbel_softmax
+# ------------------------------------------------------------------------------------------------
+def binary_concrete_cdf(x, delta, tau):
+    # For two classes, Y_0 = sigmoid((delta + L) / tau) with L = G_0 - G_1 standard logistic, so
+    # P(Y_0 <= x) = sigmoid(tau * logit(x) - delta)  (Maddison et al. 2017, section 3.3).
+    return 1 / (1 + np.exp(-(tau * np.log(x / (1 - x)) - delta)))
+
+
+@pytest.mark.parametrize("tau", [0.3, 1.0, 2.5])
+def test_gumbel_softmax_binary_concrete_law(tau):
+    logits = torch.tensor([0.8, -0.4], dtype=torch.float64)
+    y = gumbel_softmax(logits.expand(20000, 2), tau, generator=gen(22))[:, 0]
+    y = y[(y > 0) & (y < 1)]  # at tau = 0.3 a few saturate to exactly 0/1 in float64
+    assert ks_p(y, lambda x: binary_concrete_cdf(x, 1.2, tau)) > P_CUT
+
+
+def test_gumbel_softmax_ks_rejects_noise_not_divided_by_tau():
+    # softmax(logits / tau + G) is a different law (for tau != 1); the same test must reject it.
+    logits, tau = torch.tensor([0.8, -0.4], dtype=torch.float64), 0.5
+    g = sample_gumbel((20000, 2), generator=gen(22), dtype=torch.float64)
+    y = torch.softmax(logits / tau + g, -1)[:, 0]
+    assert ks_p(y, lambda x: binary_concrete_cdf(x, 1.2, tau)) < P_CUT
+
+
+def test_gumbel_softmax_same_law_as_pytorch():
+    # Two-sample KS against F.gumbel_softmax on a 3-class problem (each coordinate).
+    logits = torch.tensor([0.3, -1.0, 1.2], dtype=torch.float64).expand(20000, 3)
+    ours = gumbel_softmax(logits, 0.7, generator=gen(23))
+    torch.manual_seed(23)
+    theirs = torch.nn.functional.gumbel_softmax(logits, tau=0.7)
+    for j in range(3):
+        assert stats.ks_2samp(ours[:, j].numpy(), theirs[:, j].numpy()).pvalue > P_CUT
+
+
+def test_gumbel_softmax_rows_sum_to_one_and_impossible_is_zero():
+    logits = torch.tensor([[0.0, -math.inf, 3.0, -2.0]]).expand(100, 4)
+    y = gumbel_softmax(logits, 0.5, generator=gen(24))
+    torch.testing.assert_close(y.sum(-1), torch.ones(100))
+    assert (y[:, 1] == 0).all()
+
+
+def test_gumbel_softmax_small_tau_is_one_hot_of_the_gumbel_max_sample():
+    logits = torch.randn(200, 6, generator=gen(25), dtype=torch.float64)
+    y = gumbel_softmax(logits, 1e-3, generator=gen(26))
+    idx = gumbel_max(logits, generator=gen(26))  # same noise
+    assert torch.equal(y.argmax(-1), idx)
+    assert (y.max(-1).values > 1 - 1e-6).mean(dtype=torch.float64) > 0.99
+    # ... and not max(softmax(logits)) (errata 29): the samples are spread over the classes
+    assert len(set(idx.tolist())) > 1
+
+
+def test_gumbel_softmax_hard_is_exactly_one_hot_with_soft_gradient():
+    logits = torch.randn(50, 7, generator=gen(27), requires_grad=True)
+    w = torch.randn(7, generator=gen(28))
+    y = gumbel_softmax(logits, 0.8, hard=True, generator=gen(29))
+    assert set(y.detach().unique().tolist()) == {0.0, 1.0} and (y.detach().sum(-1) == 1).all()
+    (y * w).sum().backward()
+    g_hard = logits.grad.clone()
+    logits.grad = None
+    ys = gumbel_softmax(logits, 0.8, generator=gen(29))
+    assert torch.equal(y.detach().argmax(-1), ys.detach().argmax(-1))
+    (ys * w).sum().backward()
+    torch.testing.assert_close(g_hard, logits.grad)
+
+
+def test_gumbel_softmax_gradcheck_and_analytic_gradient():
+    logits = torch.tensor([[0.2, -0.7, 1.1]], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: gumbel_softmax(x, 0.6, generator=gen(30)), (logits,))
+    # d y / d logits = (diag(y) - y y^T) / tau for the fixed noise
+    y = gumbel_softmax(logits, 0.6, generator=gen(30))[0]
+    jac = torch.autograd.functional.jacobian(lambda x: gumbel_softmax(x, 0.6, generator=gen(30))[0], logits)[:, 0]
+    yd = y.detach()
+    torch.testing.assert_close(jac, (torch.diag(yd) - torch.outer(yd, yd)) / 0.6)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, exc, match",
+    [
+        ((torch.zeros(3), 0.0), {}, ValueError, "argument 'tau' must be > 0"),
+        ((torch.zeros(3), -1.0), {}, ValueError, "argument 'tau' must be > 0"),
+        ((torch.zeros(3), float("nan")), {}, ValueError, "argument 'tau' must be finite"),
+        ((torch.zeros(3), "1"), {}, TypeError, "argument 'tau'"),
+        ((torch.tensor([0.0, float("nan")]), 1.0), {}, ValueError, "argument 'logits' contains NaN"),
+        ((torch.tensor([0.0, float("inf")]), 1.0), {}, ValueError, "argument 'logits' contains \\+inf"),
+        ((torch.full((2,), -math.inf), 1.0), {}, ValueError, "no possible class"),
+        ((torch.zeros(3), 1.0), {"hard": 1}, TypeError, "argument 'hard'"),
+    ],
+)
+def test_gumbel_softmax_bad_arguments(args, kwargs, exc, match):
+    with pytest.raises(exc, match="^gumbel_softmax: .*" + match):
+        gumbel_softmax(*args, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# gumbel_topk and plackett_luce_log_prob
+# ------------------------------------------------------------------------------------------------
+PL_LOGITS = torch.tensor([1.0, 0.0, -0.5, 0.7, -math.inf], dtype=torch.float64)
+
+
+def pl_prob_bruteforce(logits, order):
+    """Sequential draws without replacement, straight from the definition."""
+    p, left = 1.0, list(range(len(logits)))
+    w = [math.exp(v) for v in logits]
+    for i in order:
+        p *= w[i] / sum(w[j] for j in left)
+        left.remove(i)
+    return p
+
+
+def tuple_counts(idx, n):
+    k = idx.shape[-1]
+    tuples = list(itertools.permutations(range(n), k))
+    code = {t: c for c, t in enumerate(tuples)}
+    counts = np.zeros(len(tuples), dtype=np.int64)
+    for row in idx.tolist():
+        counts[code[tuple(row)]] += 1
+    return tuples, counts
+
+
+def test_plackett_luce_exact_values():
+    logits = [1.0, 0.0, -0.5, 0.7]
+    lg = torch.tensor(logits, dtype=torch.float64)
+    for order in [(0, 1), (3, 2, 1), (2, 3, 0, 1), (1,)]:
+        lp = plackett_luce_log_prob(lg, torch.tensor(order))
+        assert lp.item() == pytest.approx(math.log(pl_prob_bruteforce(logits, order)), rel=1e-13)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_plackett_luce_sums_to_one(k):
+    tuples = torch.tensor(list(itertools.permutations(range(5), k)))
+    lp = plackett_luce_log_prob(PL_LOGITS, tuples)
+    assert lp.shape == (len(tuples),)
+    assert lp.exp().sum().item() == pytest.approx(1.0, abs=1e-12)
+    # tuples with the impossible item 4 have probability 0
+    assert torch.isneginf(lp[(tuples == 4).any(-1)]).all()
+
+
+def test_plackett_luce_stable_when_drawn_items_hold_all_the_mass():
+    logits = torch.tensor([30.0, 0.0, -30.0])
+    lp = plackett_luce_log_prob(logits, torch.tensor([0, 1, 2]))
+    exact = -math.log1p(math.exp(-30) + math.exp(-60)) - math.log1p(math.exp(-30))
+    assert lp.item() == pytest.approx(exact, abs=1e-6)
+    # "total minus drawn" in float32 loses the rest entirely: log(0) at step 2
+    total = torch.logsumexp(logits, 0)
+    naive = torch.log(total.exp() - logits[0].exp())
+    assert not torch.isfinite(naive) or abs(naive.item() - math.log1p(math.exp(-30))) > 1
+
+
+def test_plackett_luce_gradcheck_including_full_permutation():
+    lg = torch.tensor([0.3, -1.2, 0.8, 0.1], dtype=torch.float64, requires_grad=True)
+    for order in ([2, 0], [1, 3, 0, 2]):
+        o = torch.tensor(order)
+        assert torch.autograd.gradcheck(lambda x, o=o: plackett_luce_log_prob(x, o), (lg,))
+        lp = plackett_luce_log_prob(lg, o)
+        (g,) = torch.autograd.grad(lp, lg)
+        assert torch.isfinite(g).all()
+
+
+def test_plackett_luce_broadcasting():
+    logits = torch.randn(3, 6, generator=gen(31), dtype=torch.float64)
+    ordered = torch.tensor([[0, 1], [5, 2], [3, 4]])
+    lp = plackett_luce_log_prob(logits, ordered)
+    for b in range(3):
+        assert lp[b].item() == pytest.approx(
+            math.log(pl_prob_bruteforce(logits[b].tolist(), ordered[b].tolist())), rel=1e-12)
+    assert plackett_luce_log_prob(logits, torch.tensor([1, 2])).shape == (3,)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_gumbel_topk_ordered_tuples_follow_plackett_luce(k):
+    idx = gumbel_topk(PL_LOGITS.expand(40000, 5), k, generator=gen(32 + k))
+    assert idx.shape == (40000, k)
+    tuples, counts = tuple_counts(idx, 5)
+    probs = plackett_luce_log_prob(PL_LOGITS, torch.tensor(tuples)).exp().numpy()
+    assert chi2_p(counts, probs) > P_CUT
+
+
+def test_gumbel_topk_chi2_rejects_wrong_order():
+    # Wrong sampler: the right *set* but reported in index order instead of draw order.
+    idx = gumbel_topk(PL_LOGITS.expand(40000, 5), 2, generator=gen(34)).sort(-1).values
+    tuples, counts = tuple_counts(idx, 5)
+    probs = plackett_luce_log_prob(PL_LOGITS, torch.tensor(tuples)).exp().numpy()
+    assert chi2_p(counts, probs) < P_CUT
+
+
+def test_gumbel_topk_same_law_as_torch_multinomial():
+    logits = PL_LOGITS.expand(40000, 5)
+    torch.manual_seed(35)
+    theirs = torch.multinomial(torch.softmax(logits, -1), 2, replacement=False)
+    tuples, c_theirs = tuple_counts(theirs, 5)
+    _, c_ours = tuple_counts(gumbel_topk(logits, 2, generator=gen(35)), 5)
+    keep = (c_theirs + c_ours) > 0
+    assert stats.chi2_contingency(np.stack([c_ours[keep], c_theirs[keep]])).pvalue > P_CUT
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    logits=st.lists(st.one_of(st.floats(-1e30, 1e30), st.just(-math.inf)), min_size=1, max_size=8),
+    k=st.integers(1, 8),
+    seed=st.integers(0, 2**16),
+    dtype=st.sampled_from([torch.float16, torch.bfloat16, torch.float32, torch.float64]),
+)
+def test_gumbel_topk_property_distinct_and_possible(logits, k, seed, dtype):
+    lg = torch.tensor(logits, dtype=torch.float64).to(dtype)
+    possible = int(torch.isfinite(lg).sum())
+    if lg.isinf().any() and (lg == math.inf).any():
+        return  # float16 overflow of a huge finite value to +inf: an error case, tested elsewhere
+    if 1 <= k <= possible:
+        idx = gumbel_topk(lg, k, generator=gen(seed))
+        assert len(set(idx.tolist())) == k
+        assert torch.isfinite(lg[idx]).all()
+    else:
+        with pytest.raises(ValueError, match="argument 'k'"):
+            gumbel_topk(lg, k, generator=gen(seed))
+
+
+@pytest.mark.parametrize(
+    "logits, k, exc, match",
+    [
+        (torch.zeros(4), 5, ValueError, "argument 'k'=5 is larger than the number of items"),
+        (torch.tensor([0.0, -math.inf, 1.0]), 3, ValueError, "larger than the number of possible items"),
+        (torch.zeros(4), 0, ValueError, "argument 'k' must be >= 1"),
+        (torch.zeros(4), 2.0, TypeError, "argument 'k' must be an int"),
+        (torch.tensor([0.0, float("nan"), 1.0]), 1, ValueError, "argument 'logits' contains NaN"),
+        (torch.tensor([0.0, float("inf"), 1.0]), 1, ValueError, "argument 'logits' contains \\+inf"),
+    ],
+)
+def test_gumbel_topk_bad_arguments(logits, k, exc, match):
+    with pytest.raises(exc, match="^gumbel_topk: .*" + match):
+        gumbel_topk(logits, k)
+
+
+@pytest.mark.parametrize(
+    "logits, ordered, exc, match",
+    [
+        (torch.zeros(4), torch.tensor([0, 0]), ValueError, "repeats an index"),
+        (torch.zeros(4), torch.tensor([0, 4]), ValueError, "index outside"),
+        (torch.zeros(4), torch.tensor([-1, 2]), ValueError, "index outside"),
+        (torch.zeros(4), torch.tensor([0.0, 1.0]), TypeError, "argument 'ordered' must be an integer"),
+        (torch.zeros(4), torch.arange(5), ValueError, "k=5 draws"),
+        (torch.zeros(3, 4), torch.zeros(2, 1, dtype=torch.long), ValueError, "do not broadcast"),
+        (torch.tensor([0.0, float("nan")]), torch.tensor([0]), ValueError, "argument 'logits' contains NaN"),
+        (torch.zeros(4), [0, 1], TypeError, "argument 'ordered' must be a torch.Tensor"),
+    ],
+)
+def test_plackett_luce_bad_arguments(logits, ordered, exc, match):
+    with pytest.raises(exc, match="^plackett_luce_log_prob: .*" + match):
+        plackett_luce_log_prob(logits, ordered)
+
+
+def test_benchmark_script_runs_quick():
+    import pathlib
+    import runpy
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gumbel.py"
+    rows = runpy.run_path(str(path), run_name="bench_gumbel")["main"](["--quick", "--repeats", "1"])
+    assert len(rows) == 6 and all(r[3] > 0 for r in rows)

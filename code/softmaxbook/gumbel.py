@@ -368,26 +368,29 @@ def _check_logits(logits, func: str) -> torch.Tensor:
     return logits
 
 
-def _explain_bad_rows(logits: torch.Tensor, func: str, k: int = 1) -> None:
+def _explain_bad_rows(logits: torch.Tensor, func: str, k: int | None = None) -> None:
     """Called after a cheap check on the perturbed top values failed: find and report the cause."""
     check_no_nan(logits, "logits", func)
     check_no_posinf(logits, "logits", func)
     possible = (logits > -math.inf).sum(-1)
-    short = possible < k
+    short = possible < (1 if k is None else k)
     if bool(short.any()):
         row = tuple(short.nonzero()[0].tolist()) if short.dim() >= 1 else ()
-        if k == 1:
+        where = f"the row at batch index {row} of 'logits'" if row else "'logits'"
+        if k is None:
+            where = f"at batch index {row}" if row else ""
             raise ValueError(
-                f"{func}: argument 'logits' has a row with no possible class (all -inf) at batch "
-                f"index {row}"
+                f"{func}: argument 'logits' has a row with no possible class (all -inf) {where}"
+                .rstrip()
             )
         raise ValueError(
             f"{func}: argument 'k'={k} is larger than the number of possible items "
-            f"({int(possible[row] if row else possible)}, the finite logits) in row {row} of 'logits'"
+            f"({int(possible[row])}, the finite logits) in {where}"
         )
 
 
-def _check_top_values(values: torch.Tensor, logits: torch.Tensor, func: str, k: int = 1) -> None:
+def _check_top_values(values: torch.Tensor, logits: torch.Tensor, func: str,
+                      k: int | None = None) -> None:
     # torch.max/topk put NaN first and +inf is the largest value, so the k top perturbed values of
     # a row are all finite iff the row has no NaN, no +inf and at least k finite logits. Checking
     # these k values instead of the whole input keeps validation off the hot path.
