@@ -1,0 +1,825 @@
+"""Beam search and stochastic beam search over a sequence model given as a step function.
+
+A sequence model over a vocabulary ``{0, …, V−1}`` defines a tree: the root is the empty prefix,
+the children of a prefix are the prefix extended by one token, and a prefix's log-probability is
+the sum of the conditional log-probabilities of its tokens,
+``φ_S = Σ_t log p(y_t | y_<t)`` (Kool et al. 2019, §4; this is also the logsumexp of the
+log-probabilities of all complete sequences below ``S``, *not* their sum). This module searches
+that tree without ever enumerating it.
+
+The step-function protocol
+--------------------------
+A model is a Python callable, ``step_fn``. The search calls it once per decoding step, with all
+the prefixes that are still being extended, in one batch:
+
+**Stateless models** (the default, ``init_state=None``)::
+
+    log_probs = step_fn(prefixes)
+
+- ``prefixes``: ``LongTensor [n, t]``, ``n ≥ 1`` prefixes of the same length ``t``. The first
+  call has ``t = 0`` (an ``[n, 0]`` tensor: the empty prefix of each input). Prefixes never
+  contain padding: a prefix that has ended (see ``eos``) is never passed again.
+- ``log_probs``: floating tensor ``[n, V]``, row ``i`` holds ``log p(· | prefixes[i])``. Rows must
+  be normalised (``logsumexp`` of each row is 0: use ``torch.log_softmax``); ``-inf`` means an
+  impossible token, NaN and ``+inf`` are errors. ``V`` must be the same at every call. The
+  dtype and device of ``log_probs`` are the ones the search computes in.
+
+**Models with state** (RNNs, cached attention, an encoded source sentence), enabled by passing
+``init_state``::
+
+    log_probs, new_state = step_fn(prefixes, state)
+
+- ``state`` is a tensor, or a (nested) tuple / list / dict of tensors, whose leading dimension
+  is ``n`` and whose row ``i`` belongs to ``prefixes[i]``. At the first call it is
+  ``init_state``; afterwards it is the ``new_state`` your previous call returned, **re-indexed by
+  the search** (``index_select`` along dim 0 of every tensor) so that row ``i`` is the state of
+  the parent of ``prefixes[i]`` — the prefix without its last token. A typical RNN step therefore
+  reads the last token ``prefixes[:, -1]`` (when ``t > 0``), updates the hidden state it got,
+  and returns the new hidden state beside the log-probabilities.
+- Nothing else about the state is assumed; entries that are not tensors are passed through
+  unchanged (so they must not depend on the row).
+
+**Several independent inputs** (a batch of source sentences, or many independent repeats of a
+search on one model): pass ``batch_size=B``. The first call then receives ``B`` empty prefixes
+(``[B, 0]``), one per input, and ``init_state`` (if any) must have leading dimension ``B``. The
+search keeps a separate beam per input and never mixes them; rows of later calls come from all
+inputs at once (a stateless model that needs to know which input a row belongs to can carry
+``torch.arange(B)`` as its state). Results gain a leading dimension ``B``. With
+``batch_size=None`` (the default) there is one input, ``init_state`` has leading dimension 1, and
+results have no batch dimension.
+
+Sequences, ``eos`` and ``max_len``
+-----------------------------------
+A sequence ends with the first ``eos`` token (which is part of it) or after ``max_len`` tokens,
+whichever comes first; these complete sequences are the leaves of the tree and their
+probabilities sum to 1. Ended sequences stay in the beam and compete with open prefixes on their
+score: there is no length normalisation and no early stopping (as in Kool et al.'s code), so
+beam search maximises the plain log-probability and stochastic beam search is exact. In the
+returned ``tokens``, positions after a sequence's end hold ``-1`` (``PAD``); ``lengths`` counts the
+tokens, ``eos`` included. If the model has fewer than ``k`` sequences of positive probability, the
+missing rows have ``log_probs = -inf`` and length 0.
+
+Randomness comes only from the optional ``generator``; the search runs in whatever autograd mode
+the caller has (wrap it in ``torch.no_grad()`` for inference).
+
+References
+----------
+Kool, van Hoof & Welling (2019), *Stochastic Beams and Where to Find Them: The Gumbel-Top-k Trick
+for Sampling Sequences Without Replacement*, ICML (Algorithm 1, eq. 11 for the estimator).
+Duffield, Lund & Thorup (2007), *Priority sampling* (the inclusion-probability estimator).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Callable, NamedTuple
+
+import torch
+
+from softmaxbook._validate import (
+    as_float_tensor,
+    check_generator,
+    check_int,
+    check_no_nan,
+    check_no_posinf,
+    check_positive_number,
+)
+from softmaxbook.gumbel import gumbel_with_max, sample_gumbel
+
+__all__ = [
+    "PAD",
+    "BeamSearchResult",
+    "StochasticBeamSearchResult",
+    "SampleResult",
+    "beam_search",
+    "stochastic_beam_search",
+    "stochastic_beam_search_reference",
+    "sample_sequences",
+    "enumerate_sequences",
+    "sbs_estimate",
+    "sbs_inclusion_log_probs",
+    "with_temperature",
+    "sets_without_replacement",
+]
+
+PAD = -1
+"""The value of ``tokens`` after the end of a sequence (and in rows that hold no sequence)."""
+
+
+class BeamSearchResult(NamedTuple):
+    """What :func:`beam_search` returns (``[B]`` only when ``batch_size`` is given).
+
+    tokens: ``LongTensor [B, k, L]``, ``PAD`` after each sequence's end; ``L ≤ max_len``.
+    lengths: ``LongTensor [B, k]``, tokens in each sequence (``eos`` included).
+    log_probs: ``[B, k]``, the log-probability of each sequence, in decreasing order.
+    """
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+    log_probs: torch.Tensor
+
+
+class StochasticBeamSearchResult(NamedTuple):
+    """What :func:`stochastic_beam_search` returns (``[B]`` only when ``batch_size`` is given).
+
+    tokens: ``LongTensor [B, k, L]``, ``PAD`` after each sequence's end.
+    lengths: ``LongTensor [B, k]``.
+    log_probs: ``[B, k]``, log-probability ``φ_y`` of each sampled sequence.
+    perturbed: ``[B, k]``, its perturbed log-probability ``G_y ~ Gumbel(φ_y)``, in decreasing
+        order (the samples come out in the order of a sample without replacement).
+    kappa: ``[B]``, the (k+1)-th largest perturbed log-probability over all sequences
+        (``-inf`` if there are at most ``k`` sequences), the threshold of :func:`sbs_estimate`.
+    """
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+    log_probs: torch.Tensor
+    perturbed: torch.Tensor
+    kappa: torch.Tensor
+
+
+class SampleResult(NamedTuple):
+    """What :func:`sample_sequences` and :func:`enumerate_sequences` return.
+
+    tokens: ``LongTensor [n, L]``, ``PAD`` after each sequence's end.
+    lengths: ``LongTensor [n]``.
+    log_probs: ``[n]``, the log-probability of each sequence.
+    """
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+    log_probs: torch.Tensor
+
+
+# ---------------------------------------------------------------------------------------------
+# Calling and checking the step function
+# ---------------------------------------------------------------------------------------------
+
+def _check_step_fn(step_fn, func: str) -> None:
+    if not callable(step_fn):
+        raise TypeError(f"{func}: argument 'step_fn' must be callable, got {type(step_fn).__name__}")
+
+
+def _check_eos(eos, func: str):
+    if eos is None:
+        return None
+    return check_int(eos, "eos", func, minimum=0)
+
+
+def _norm_tolerance(dtype: torch.dtype) -> float:
+    # A row computed with log_softmax in float32 sums to 1 within ~1e-6; 1e-3 leaves room for
+    # models that compute in low precision and cast, while still catching unnormalised logits
+    # (whose logsumexp is almost never within 1e-3 of 0). 16-bit floats get a looser bound.
+    return max(1e-3, 10.0 * torch.finfo(dtype).eps)
+
+
+def _state_leaves(state):
+    if isinstance(state, torch.Tensor):
+        yield state
+    elif isinstance(state, (tuple, list)):
+        for s in state:
+            yield from _state_leaves(s)
+    elif isinstance(state, dict):
+        for s in state.values():
+            yield from _state_leaves(s)
+
+
+def _index_state(state, index: torch.Tensor):
+    """Select rows ``index`` (dim 0) of every tensor in a nested state; other leaves pass through."""
+    if isinstance(state, torch.Tensor):
+        return state.index_select(0, index.to(state.device))
+    if isinstance(state, tuple) and hasattr(state, "_fields"):  # a NamedTuple
+        return type(state)(*(_index_state(s, index) for s in state))
+    if isinstance(state, (tuple, list)):
+        return type(state)(_index_state(s, index) for s in state)
+    if isinstance(state, dict):
+        return {key: _index_state(s, index) for key, s in state.items()}
+    return state
+
+
+def _check_state(state, rows: int, what: str, func: str) -> None:
+    for leaf in _state_leaves(state):
+        if leaf.dim() == 0 or leaf.shape[0] != rows:
+            raise ValueError(
+                f"{func}: {what} must have leading dimension {rows} (one row per prefix), "
+                f"but holds a tensor of shape {tuple(leaf.shape)}"
+            )
+
+
+class _Stepper:
+    """Calls ``step_fn`` and checks what it returns; remembers ``V`` and the dtype."""
+
+    def __init__(self, step_fn, stateful: bool, device, func: str):
+        self.step_fn = step_fn
+        self.stateful = stateful
+        self.device = device
+        self.func = func
+        self.vocab = None
+        self.dtype = None
+
+    def __call__(self, prefixes: torch.Tensor, state):
+        func = self.func
+        n = prefixes.shape[0]
+        if self.stateful:
+            out = self.step_fn(prefixes, state)
+            if not (isinstance(out, (tuple, list)) and len(out) == 2):
+                raise TypeError(
+                    f"{func}: argument 'step_fn' must return a pair (log_probs, new_state) when "
+                    f"init_state is given, got {type(out).__name__}"
+                )
+            log_probs, new_state = out
+            _check_state(new_state, n, "the new_state returned by 'step_fn'", func)
+        else:
+            log_probs, new_state = self.step_fn(prefixes), None
+        if not isinstance(log_probs, torch.Tensor):
+            raise TypeError(
+                f"{func}: argument 'step_fn' must return a torch.Tensor of log-probabilities, "
+                f"got {type(log_probs).__name__}"
+            )
+        if not log_probs.is_floating_point():
+            raise TypeError(
+                f"{func}: argument 'step_fn' must return floating-point log-probabilities, "
+                f"got {log_probs.dtype}"
+            )
+        if log_probs.dim() != 2 or log_probs.shape[0] != n or log_probs.shape[1] == 0:
+            raise ValueError(
+                f"{func}: argument 'step_fn' returned log-probabilities of shape "
+                f"{tuple(log_probs.shape)} for {n} prefixes; expected ({n}, V) with V >= 1"
+            )
+        if self.vocab is None:
+            self.vocab, self.dtype = log_probs.shape[1], log_probs.dtype
+        elif log_probs.shape[1] != self.vocab:
+            raise ValueError(
+                f"{func}: argument 'step_fn' returned {log_probs.shape[1]} log-probabilities per "
+                f"prefix, but {self.vocab} at the first step; the vocabulary size must not change"
+            )
+        if log_probs.device != self.device:
+            raise ValueError(
+                f"{func}: argument 'step_fn' returned log-probabilities on {log_probs.device}, "
+                f"but the search runs on {self.device} (pass device=...)"
+            )
+        log_probs = log_probs.to(self.dtype)
+        check_no_nan(log_probs, "step_fn", func)
+        check_no_posinf(log_probs, "step_fn", func)
+        # Normalisation check in at least float32, so that float16 rows do not overflow.
+        lse = torch.logsumexp(log_probs.detach().float(), dim=1)
+        bad = ~(lse.abs() <= _norm_tolerance(self.dtype))
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0, 0])
+            raise ValueError(
+                f"{func}: argument 'step_fn' returned rows that are not normalised: row {i} has "
+                f"logsumexp {float(lse[i]):.4g} (must be 0 within {_norm_tolerance(self.dtype):g}); "
+                "return torch.log_softmax(logits, dim=-1)"
+            )
+        return log_probs, new_state
+
+
+def _setup(step_fn, k, max_len, eos, init_state, batch_size, device, generator, func):
+    _check_step_fn(step_fn, func)
+    k = check_int(k, "k", func, minimum=1)
+    max_len = check_int(max_len, "max_len", func, minimum=1)
+    eos = _check_eos(eos, func)
+    if batch_size is not None:
+        batch_size = check_int(batch_size, "batch_size", func, minimum=1)
+    rows = 1 if batch_size is None else batch_size
+    if device is None:
+        leaves = list(_state_leaves(init_state))
+        device = leaves[0].device if leaves else torch.device("cpu")
+    device = torch.device(device)
+    if init_state is not None:
+        _check_state(init_state, rows, "argument 'init_state'", func)
+    generator = check_generator(generator, device, func)
+    return k, max_len, eos, rows, device, generator
+
+
+# ---------------------------------------------------------------------------------------------
+# The search
+# ---------------------------------------------------------------------------------------------
+
+def _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator, stochastic, func):
+    """Beam search over ``B`` independent trees; with ``stochastic``, on perturbed scores.
+
+    The beam of every input holds up to ``width`` nodes, each with its tokens, its
+    log-probability ``φ_S`` and its score (``φ_S`` for beam search, the perturbed ``G_S`` for
+    stochastic beam search). A node that has ended (``eos``) is a leaf: it keeps its place by
+    having one pseudo-child, itself, with the same ``φ`` and ``G`` (the maximum of one Gumbel is
+    that Gumbel), so leaves and open prefixes compete for the beam on the same scores.
+    """
+    k, max_len, eos, B, device, generator = _setup(
+        step_fn, k, max_len, eos, init_state, batch_size, device, generator, func
+    )
+    # Stochastic beam search keeps k + 1 nodes: the (k+1)-th leaf's perturbed value is κ.
+    width = k + 1 if stochastic else k
+    stepper = _Stepper(step_fn, init_state is not None, device, func)
+    state = init_state
+
+    tokens = torch.empty(B, 1, 0, dtype=torch.long, device=device)
+    finished = torch.zeros(B, 1, dtype=torch.bool, device=device)
+    logp = score = None  # created at the first call, in the dtype the model returns
+
+    for t in range(max_len):
+        K = tokens.shape[1]
+        if logp is None:
+            active_flat = torch.arange(B, device=device)
+        else:
+            active = ~finished & (logp > -math.inf)
+            active_flat = active.flatten().nonzero().squeeze(1)
+            if active_flat.numel() == 0:
+                break  # every node in every beam is a leaf
+        prefixes = tokens.flatten(0, 1).index_select(0, active_flat)  # [n, t]
+        lp, new_state = stepper(prefixes, state)
+        V = stepper.vocab
+        if logp is None:
+            logp = torch.zeros(B, 1, dtype=lp.dtype, device=device)
+            if stochastic:
+                # The root's perturbed value is a fresh Gumbel(φ_root = 0), not 0: the samples
+                # would be right either way, but κ and the perturbed values (and so the
+                # estimator's inclusion probabilities) would not (errata 33).
+                score = sample_gumbel((B, 1), generator=generator, dtype=lp.dtype, device=device)
+            else:
+                score = logp
+        # Candidates: V children per open node, plus column V, the pseudo-child of a leaf.
+        n_nodes = B * K
+        flat_logp, flat_score = logp.flatten(), score.flatten()
+        child_logp = torch.full((n_nodes, V + 1), -math.inf, dtype=lp.dtype, device=device)
+        child_logp[active_flat, :V] = flat_logp[active_flat].unsqueeze(1) + lp  # φ_S' = φ_S + log p
+        leaf = (finished & (logp > -math.inf)).flatten()
+        child_logp[leaf, V] = flat_logp[leaf]
+        if stochastic:
+            child_score = torch.full_like(child_logp, -math.inf)
+            # Children's Gumbels conditioned on their maximum being the parent's perturbed
+            # value (Kool et al. 2019, eq. 9/10; computed stably in softmaxbook.gumbel).
+            child_score[active_flat, :V] = gumbel_with_max(
+                child_logp[active_flat, :V], flat_score[active_flat], generator=generator
+            )
+            child_score[leaf, V] = flat_score[leaf]
+        else:
+            child_score = child_logp
+        cand = child_score.view(B, K * (V + 1))
+        top_score, top_idx = cand.topk(min(width, K * (V + 1)), dim=1)  # sorted, decreasing
+        parent = torch.div(top_idx, V + 1, rounding_mode="floor")
+        tok = top_idx % (V + 1)
+        new_logp = child_logp.view(B, -1).gather(1, top_idx)
+        impossible = top_score == -math.inf  # fewer than `width` candidates of positive prob.
+        new_logp = new_logp.masked_fill(impossible, -math.inf)
+        is_leaf = tok == V
+        tokens = torch.cat(
+            [
+                tokens.gather(1, parent.unsqueeze(2).expand(-1, -1, tokens.shape[2])),
+                torch.where(is_leaf | impossible, PAD, tok).unsqueeze(2),
+            ],
+            dim=2,
+        )
+        finished = is_leaf | impossible
+        if eos is not None:
+            finished = finished | (tok == eos)
+        if stepper.stateful:
+            # Row of the step function's output that belongs to each new node's parent.
+            pos = torch.full((n_nodes,), -1, dtype=torch.long, device=device)
+            pos[active_flat] = torch.arange(active_flat.numel(), device=device)
+            owner = torch.arange(B, device=device).unsqueeze(1) * K + parent
+            src = pos[owner.flatten()]
+            keep = (~finished & (new_logp > -math.inf)).flatten()
+            state = _index_state(new_state, src[keep])
+        logp, score = new_logp, top_score
+
+    # Leaves, best first. Pad to k rows if the model has fewer sequences than that.
+    K = logp.shape[1]
+    if K < width:
+        extra = width - K
+        logp = torch.cat([logp, logp.new_full((B, extra), -math.inf)], dim=1)
+        score = torch.cat([score, score.new_full((B, extra), -math.inf)], dim=1)
+        tokens = torch.cat([tokens, tokens.new_full((B, extra, tokens.shape[2]), PAD)], dim=1)
+    lengths = (tokens[:, :k] != PAD).sum(dim=2)
+    L = max(int(lengths.max()), 1) if lengths.numel() else 1
+    out_tokens = tokens[:, :k, :L]
+    out_logp = logp[:, :k]
+    if stochastic:
+        kappa = score[:, k]
+        result = StochasticBeamSearchResult(out_tokens, lengths, out_logp, score[:, :k], kappa)
+    else:
+        result = BeamSearchResult(out_tokens, lengths, out_logp)
+    if batch_size is None:
+        result = type(result)(*(x[0] for x in result))
+    return result
+
+
+def beam_search(step_fn: Callable, k: int, max_len: int, *, eos: int | None = None,
+                init_state=None, batch_size: int | None = None,
+                device: torch.device | str | None = None) -> BeamSearchResult:
+    """Beam search: keep the ``k`` most probable prefixes at each step.
+
+    At every step each of the (up to) ``k`` prefixes in the beam is extended by every token,
+    and the ``k`` extensions of highest log-probability (ended sequences included, with their
+    own log-probability) form the next beam. The score is the plain log-probability: no length
+    normalisation, no early stopping. The result is deterministic and favours high probability,
+    but it is a heuristic: the ``k`` sequences are not guaranteed to be the ``k`` most probable.
+
+    Parameters
+    ----------
+    step_fn : callable
+        The model; see the module docstring for the protocol (``step_fn(prefixes) → [n, V]``
+        log-probabilities, or ``step_fn(prefixes, state) → (log_probs, new_state)``).
+    k : int ≥ 1
+        Beam width and number of sequences returned.
+    max_len : int ≥ 1
+        Maximum number of tokens in a sequence (``eos`` included).
+    eos : int, optional
+        End-of-sequence token; a sequence ends with its first ``eos``.
+    init_state : tensor or nested tuple/list/dict of tensors, optional
+        Initial state of a model with state (leading dimension 1, or ``batch_size``).
+    batch_size : int, optional
+        Number of independent inputs searched at once; adds a leading dimension to the result.
+    device : torch.device or str, optional
+        Device of the prefixes; default: that of ``init_state``, else CPU.
+
+    Returns
+    -------
+    BeamSearchResult
+        ``tokens [k, L]``, ``lengths [k]``, ``log_probs [k]`` (each with a leading ``[B]``
+        when ``batch_size`` is given), best first.
+
+    References
+    ----------
+    Kool et al. (2019), §2.2 (beam search as the deterministic limit of Algorithm 1).
+    """
+    return _search(step_fn, k, max_len, eos, init_state, batch_size, device, None, False,
+                   "beam_search")
+
+
+def stochastic_beam_search(step_fn: Callable, k: int, max_len: int, *, eos: int | None = None,
+                           init_state=None, batch_size: int | None = None,
+                           device: torch.device | str | None = None,
+                           generator: torch.Generator | None = None
+                           ) -> StochasticBeamSearchResult:
+    """Sample ``k`` distinct sequences without replacement from a sequence model, exactly.
+
+    Conceptually, every complete sequence ``y`` gets an independent perturbed log-probability
+    ``G_y = φ_y + Gumbel(0)``, and the ``k`` sequences with the largest ``G_y`` are a sample
+    without replacement (the Gumbel-top-k trick). Stochastic beam search draws those values top
+    down instead of bottom up: the root gets a fresh ``Gumbel(0)``; the perturbed values of a
+    node's children are Gumbels with locations ``φ_S'`` conditioned on their maximum being the
+    parent's value ``G_S`` (the maximum of the leaves below a node is ``Gumbel(φ_S)``); and a
+    beam of the ``k + 1`` largest values is kept at every depth. Because a node's value is the
+    maximum of its leaves' values, the top ``k + 1`` leaves always lie below the top ``k + 1``
+    nodes of each depth, so the result is exactly the top ``k`` (and ``κ``, the ``(k+1)``-th) of
+    the bottom-up process, at the cost of a beam search.
+
+    Parameters
+    ----------
+    step_fn, k, max_len, eos, init_state, batch_size, device
+        As in :func:`beam_search` (the protocol is in the module docstring).
+    generator : torch.Generator, optional
+        Source of randomness, on the search's device.
+
+    Returns
+    -------
+    StochasticBeamSearchResult
+        ``tokens [k, L]``, ``lengths [k]``, ``log_probs [k]``, ``perturbed [k]`` (decreasing)
+        and ``kappa []`` (each with a leading ``[B]`` when ``batch_size`` is given). The
+        samples come out in the order of a sample without replacement.
+
+    References
+    ----------
+    Kool, van Hoof & Welling (2019), Algorithm 1; the stable conditioning of their code
+    (``gumbel_with_maximum``), here :func:`softmaxbook.gumbel.gumbel_with_max`.
+    """
+    return _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator, True,
+                   "stochastic_beam_search")
+
+
+def stochastic_beam_search_reference(step_fn: Callable, k: int, max_len: int, *,
+                                     eos: int | None = None,
+                                     generator: torch.Generator | None = None
+                                     ) -> StochasticBeamSearchResult:
+    """The same algorithm as :func:`stochastic_beam_search`, one node at a time, in plain Python.
+
+    A readable reference (and the peer in the benchmark): the beam is a Python list of
+    ``(tokens, φ, G)`` triples, the model is called once per open node with a ``[1, t]``
+    prefix, and the candidates are sorted with ``sorted``. It consumes random numbers in the
+    same order as the vectorised version (one ``gumbel_with_max`` draw of ``V`` values per open
+    node, beam order), so with equal generators both return the same sequences. Stateless
+    models and a single input only.
+
+    Returns a :class:`StochasticBeamSearchResult` without batch dimension.
+    """
+    func = "stochastic_beam_search_reference"
+    _check_step_fn(step_fn, func)
+    k = check_int(k, "k", func, minimum=1)
+    max_len = check_int(max_len, "max_len", func, minimum=1)
+    eos = _check_eos(eos, func)
+    generator = check_generator(generator, None, func)
+    stepper = _Stepper(step_fn, False, torch.device("cpu"), func)
+
+    beam = None  # list of (tokens: tuple[int, ...], phi: float, g: float, ended: bool)
+    for t in range(max_len):
+        if beam is not None and all(ended for *_, ended in beam):
+            break
+        candidates = []
+        nodes = [((), 0.0, None, False)] if beam is None else beam
+        for tokens, phi, g, ended in nodes:
+            if ended:  # a complete sequence stays as it is
+                candidates.append((tokens, phi, g, True))
+                continue
+            prefix = torch.tensor([tokens], dtype=torch.long).view(1, t)
+            lp, _ = stepper(prefix, None)
+            if g is None:  # the root: a fresh Gumbel(0)
+                g = float(sample_gumbel((1, 1), generator=generator, dtype=lp.dtype)[0, 0])
+            phis = phi + lp[0]
+            gs = gumbel_with_max(phis.unsqueeze(0), lp.new_tensor([g]), generator=generator)[0]
+            for y in range(lp.shape[1]):
+                if float(phis[y]) > -math.inf:
+                    candidates.append((tokens + (y,), float(phis[y]), float(gs[y]),
+                                       eos is not None and y == eos))
+        beam = sorted(candidates, key=lambda c: c[2], reverse=True)[: k + 1]
+
+    rows = beam[:k]
+    L = max(len(c[0]) for c in rows)
+    tokens = torch.full((k, L), PAD, dtype=torch.long)
+    lengths = torch.zeros(k, dtype=torch.long)
+    dtype = stepper.dtype
+    log_probs = torch.full((k,), -math.inf, dtype=dtype)
+    perturbed = torch.full((k,), -math.inf, dtype=dtype)
+    for i, (toks, phi, g, _) in enumerate(rows):
+        tokens[i, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+        lengths[i], log_probs[i], perturbed[i] = len(toks), phi, g
+    kappa = torch.tensor(beam[k][2] if len(beam) > k else -math.inf, dtype=dtype)
+    return StochasticBeamSearchResult(tokens, lengths, log_probs, perturbed, kappa)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ancestral sampling and enumeration (the baselines and the ground truth)
+# ---------------------------------------------------------------------------------------------
+
+def sample_sequences(step_fn: Callable, n: int, max_len: int, *, eos: int | None = None,
+                     init_state=None, device: torch.device | str | None = None,
+                     generator: torch.Generator | None = None) -> SampleResult:
+    """Draw ``n`` independent sequences (with replacement) by ancestral sampling.
+
+    Each sequence is built token by token, ``y_t ~ p(· | y_<t)``, until ``eos`` or ``max_len``.
+    The ``n`` samples are drawn in one batch; duplicates are possible (and, for a peaked model,
+    frequent). ``init_state`` (leading dimension 1) is repeated for the ``n`` rows.
+
+    Returns
+    -------
+    SampleResult
+        ``tokens [n, L]`` (``PAD`` after each end), ``lengths [n]``, ``log_probs [n]``.
+    """
+    func = "sample_sequences"
+    _check_step_fn(step_fn, func)
+    n = check_int(n, "n", func, minimum=1)
+    _, max_len, eos, _, device, generator = _setup(
+        step_fn, 1, max_len, eos, init_state, None, device, generator, func
+    )
+    stepper = _Stepper(step_fn, init_state is not None, device, func)
+    state = None if init_state is None else _index_state(
+        init_state, torch.zeros(n, dtype=torch.long, device=device))
+    tokens = torch.full((n, max_len), PAD, dtype=torch.long, device=device)
+    open_rows = torch.arange(n, device=device)
+    logp = None
+    for t in range(max_len):
+        lp, new_state = stepper(tokens[open_rows, :t], state)
+        if logp is None:
+            logp = torch.zeros(n, dtype=lp.dtype, device=device)
+        # Inverse-CDF-free categorical draw: multinomial on the probabilities of each row.
+        y = torch.multinomial(lp.exp().float(), 1, generator=generator).squeeze(1)
+        tokens[open_rows, t] = y
+        logp[open_rows] = logp[open_rows] + lp.gather(1, y.unsqueeze(1)).squeeze(1)
+        still = torch.ones_like(y, dtype=torch.bool) if eos is None else y != eos
+        open_rows = open_rows[still]
+        if stepper.stateful:
+            state = _index_state(new_state, still.nonzero().squeeze(1))
+        if open_rows.numel() == 0:
+            break
+    lengths = (tokens != PAD).sum(dim=1)
+    return SampleResult(tokens[:, : int(lengths.max())], lengths, logp)
+
+
+def enumerate_sequences(step_fn: Callable, max_len: int, *, eos: int | None = None,
+                        init_state=None, device: torch.device | str | None = None,
+                        max_sequences: int = 100_000) -> SampleResult:
+    """All complete sequences of positive probability, with their log-probabilities.
+
+    Breadth first over the tree, one batched ``step_fn`` call per depth. Only for small models:
+    raises ``ValueError`` when more than ``max_sequences`` open prefixes or sequences appear.
+    The log-probabilities of the result sum (in probability) to 1. Sequences come in the order
+    of the tree (ended sequences first at each depth, then by token).
+
+    Returns
+    -------
+    SampleResult
+        ``tokens [m, L]`` (``PAD`` after each end), ``lengths [m]``, ``log_probs [m]``.
+    """
+    func = "enumerate_sequences"
+    _check_step_fn(step_fn, func)
+    max_sequences = check_int(max_sequences, "max_sequences", func, minimum=1)
+    _, max_len, eos, _, device, _ = _setup(
+        step_fn, 1, max_len, eos, init_state, None, device, None, func
+    )
+    stepper = _Stepper(step_fn, init_state is not None, device, func)
+    prefixes = torch.empty(1, 0, dtype=torch.long, device=device)
+    logp, state = None, init_state
+    done_tokens, done_logp = [], []
+    for t in range(max_len):
+        lp, new_state = stepper(prefixes, state)
+        if logp is None:
+            logp = torch.zeros(1, dtype=lp.dtype, device=device)
+        n, V = lp.shape
+        child = (logp.unsqueeze(1) + lp).flatten()
+        parent = torch.arange(n, device=device).repeat_interleave(V)
+        tok = torch.arange(V, device=device).repeat(n)
+        possible = child > -math.inf
+        if int(possible.sum()) > max_sequences:
+            raise ValueError(
+                f"{func}: the model has more than max_sequences={max_sequences} prefixes of "
+                f"length {t + 1}; it is too large to enumerate"
+            )
+        ext = torch.cat([prefixes[parent], tok.unsqueeze(1)], dim=1)
+        ended = possible & (tok == eos) if eos is not None else torch.zeros_like(possible)
+        if t == max_len - 1:
+            ended = possible
+        done_tokens.append(ext[ended])
+        done_logp.append(child[ended])
+        keep = possible & ~ended
+        prefixes, logp = ext[keep], child[keep]
+        if stepper.stateful:
+            state = _index_state(new_state, parent[keep])
+        if prefixes.shape[0] == 0:
+            break
+    L = max(x.shape[1] for x in done_tokens)
+    tokens = torch.cat([torch.nn.functional.pad(x, (0, L - x.shape[1]), value=PAD)
+                        for x in done_tokens])
+    return SampleResult(tokens, (tokens != PAD).sum(dim=1), torch.cat(done_logp))
+
+
+def with_temperature(step_fn: Callable, temperature: float, *, stateful: bool = False) -> Callable:
+    """A step function whose next-token distributions are ``softmax(log p / temperature)``.
+
+    ``temperature < 1`` sharpens every conditional, ``> 1`` flattens it. (This changes each
+    conditional, so the sequence distribution is *not* the old one raised to ``1/temperature``
+    and renormalised.) Pass ``stateful=True`` for a step function with state.
+    """
+    func = "with_temperature"
+    _check_step_fn(step_fn, func)
+    temperature = check_positive_number(temperature, "temperature", func)
+
+    if stateful:
+        def tempered(prefixes, state):
+            lp, new_state = step_fn(prefixes, state)
+            return torch.log_softmax(lp / temperature, dim=-1), new_state
+    else:
+        def tempered(prefixes):
+            return torch.log_softmax(step_fn(prefixes) / temperature, dim=-1)
+    return tempered
+
+
+# ---------------------------------------------------------------------------------------------
+# Estimators
+# ---------------------------------------------------------------------------------------------
+
+def sbs_inclusion_log_probs(log_probs: torch.Tensor, kappa: torch.Tensor) -> torch.Tensor:
+    """``log q(y) = log P(G_y > κ) = log(1 − exp(−exp(φ_y − κ)))``, computed stably.
+
+    ``q(y)`` is the probability that sequence ``y`` is among the ``k`` samples, *given* the
+    threshold ``κ`` (Duffield et al. 2007; Kool et al. 2019, §4.2).
+
+    Parameters
+    ----------
+    log_probs : ``[..., k]`` tensor of ``φ_y`` (``-inf`` marks an empty row: result ``-inf``).
+    kappa : ``[...]`` tensor, the ``(k+1)``-th largest perturbed log-probability
+        (``-inf``: every sequence was sampled, ``q = 1``).
+    """
+    func = "sbs_inclusion_log_probs"
+    log_probs, kappa = _check_estimator_inputs(None, log_probs, kappa, func)
+    return _inclusion_log_probs(log_probs, kappa)
+
+
+def _inclusion_log_probs(log_probs, kappa):
+    a = log_probs - kappa.unsqueeze(-1)  # φ − κ; +inf when κ = −inf
+    valid = log_probs > -math.inf
+    a = torch.where(valid, a, torch.zeros_like(a))  # keep −inf − (−inf) = NaN out of the graph
+    x = torch.exp(a)  # P(G ≤ κ) = exp(−x)
+    # log(1 − e^{−x}) ("log1mexp", Mächler 2012): −expm1(−x) is accurate for small x, log1p(−e^{−x})
+    # for large x. For a < −20, x underflows in float32 and log q = a − x/2 + O(x²) to 1e-18.
+    big = torch.log1p(-torch.exp(-x.clamp(min=math.log(2))))
+    small = torch.log(-torch.expm1(-x.clamp(max=math.log(2))))
+    logq = torch.where(x > math.log(2), big, small)
+    logq = torch.where(a < -20, a - 0.5 * torch.exp(a), logq)
+    return torch.where(valid, logq, torch.full_like(logq, -math.inf))
+
+
+def _check_estimator_inputs(values, log_probs, kappa, func):
+    log_probs = as_float_tensor(log_probs, "log_probs", func)
+    kappa = as_float_tensor(kappa, "kappa", func, allow_empty=True)
+    if log_probs.dim() == 0:
+        raise ValueError(f"{func}: argument 'log_probs' must have at least one dimension (the k "
+                         "samples), got a 0-d tensor")
+    check_no_nan(log_probs, "log_probs", func)
+    check_no_posinf(log_probs, "log_probs", func)
+    check_no_nan(kappa, "kappa", func)
+    check_no_posinf(kappa, "kappa", func)
+    if tuple(kappa.shape) != tuple(log_probs.shape[:-1]):
+        raise ValueError(
+            f"{func}: argument 'kappa' must have shape {tuple(log_probs.shape[:-1])} (log_probs "
+            f"without its last dimension), got {tuple(kappa.shape)}"
+        )
+    if values is not None:
+        values = as_float_tensor(values, "values", func)
+        if values.shape != log_probs.shape:
+            raise ValueError(
+                f"{func}: argument 'values' must have the shape of 'log_probs' "
+                f"{tuple(log_probs.shape)}, got {tuple(values.shape)}"
+            )
+        check_no_nan(values.masked_fill(log_probs == -math.inf, 0.0), "values", func)
+        return values, log_probs, kappa
+    return log_probs, kappa
+
+
+def sbs_estimate(values: torch.Tensor, log_probs: torch.Tensor, kappa: torch.Tensor, *,
+                 normalized: bool = False) -> torch.Tensor:
+    """Estimate ``E_{y~p}[f(y)]`` from a stochastic beam search sample.
+
+    With the ``k`` samples ``y_1…y_k``, their log-probabilities ``φ`` and the threshold ``κ``,
+    the inclusion probabilities are ``q(y) = 1 − exp(−exp(φ_y − κ))`` and
+
+    - ``normalized=False``: ``Σ_i p(y_i) f(y_i) / q(y_i)``, unbiased (Kool et al. 2019, eq. 11);
+    - ``normalized=True``: ``Σ_i w_i f(y_i) / Σ_i w_i`` with ``w_i = p(y_i) / q(y_i)``: biased but
+      consistent, often of lower variance, and exact for a constant ``f``.
+
+    When every sequence was sampled (``κ = -inf``), ``q = 1`` and both are exact. Rows with
+    ``log_probs = -inf`` (fewer sequences than ``k``) are ignored, whatever their ``values``.
+
+    Parameters
+    ----------
+    values : ``[..., k]``, ``f(y_i)``.
+    log_probs : ``[..., k]``, ``φ_i = log p(y_i)``.
+    kappa : ``[...]``, the ``(k+1)``-th largest perturbed log-probability.
+    normalized : bool
+        Use the self-normalised variant.
+
+    Returns
+    -------
+    ``[...]`` tensor, the estimate (differentiable in ``values`` and ``log_probs``).
+    """
+    func = "sbs_estimate"
+    if not isinstance(normalized, bool):
+        raise TypeError(f"{func}: argument 'normalized' must be a bool, "
+                        f"got {type(normalized).__name__}")
+    values, log_probs, kappa = _check_estimator_inputs(values, log_probs, kappa, func)
+    log_w = log_probs - _inclusion_log_probs(log_probs, kappa)  # log p/q, finite where valid
+    valid = log_probs > -math.inf
+    log_w = torch.where(valid, log_w, torch.full_like(log_w, -math.inf))
+    f = torch.where(valid, values, torch.zeros_like(values))
+    if normalized:
+        return (torch.softmax(log_w, dim=-1) * f).sum(-1)
+    return (torch.exp(log_w) * f).sum(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact distribution of a sample without replacement (for checking samplers on small models)
+# ---------------------------------------------------------------------------------------------
+
+def sets_without_replacement(probs: torch.Tensor, k: int):
+    """Exact distribution of the *unordered* set of ``k`` draws without replacement.
+
+    Items are drawn one at a time, each with probability proportional to ``probs`` among those
+    not drawn yet (the Plackett–Luce / Gumbel-top-k law). The probability of an ordered draw
+    ``(i_1, …, i_k)`` is ``Π_j p_{i_j} / (1 − Σ_{l<j} p_{i_l})``; a set's probability sums this
+    over its ``k!`` orders. Cost ``O(C(m, k) · k!)``: for small ``m`` and ``k`` only.
+
+    Parameters
+    ----------
+    probs : ``[m]`` tensor, non-negative, summing to 1 (zeros are never drawn).
+    k : int, ``1 ≤ k ≤`` number of positive entries.
+
+    Returns
+    -------
+    (subsets, set_probs): ``LongTensor [c, k]`` of sorted index sets (lexicographic order) and
+    ``[c]`` float64 probabilities summing to 1.
+    """
+    func = "sets_without_replacement"
+    probs = as_float_tensor(probs, "probs", func)
+    if probs.dim() != 1:
+        raise ValueError(f"{func}: argument 'probs' must be 1-d, got shape {tuple(probs.shape)}")
+    check_no_nan(probs, "probs", func)
+    if bool((probs < 0).any()):
+        raise ValueError(f"{func}: argument 'probs' must be non-negative")
+    p = probs.double().cpu()
+    if abs(float(p.sum()) - 1.0) > 1e-6:
+        raise ValueError(f"{func}: argument 'probs' must sum to 1, sums to {float(p.sum()):.6g}")
+    support = [i for i in range(p.numel()) if p[i] > 0]
+    k = check_int(k, "k", func, minimum=1, maximum=len(support))
+    pl = p.tolist()
+    subsets, set_probs = [], []
+    for subset in itertools.combinations(support, k):
+        total = 0.0
+        for order in itertools.permutations(subset):
+            prob, left = 1.0, 1.0
+            for i in order:
+                prob *= pl[i] / left
+                left -= pl[i]
+            total += prob
+        subsets.append(subset)
+        set_probs.append(total)
+    return torch.tensor(subsets, dtype=torch.long), torch.tensor(set_probs, dtype=torch.float64)

@@ -1,0 +1,738 @@
+"""Tests of softmaxbook.beam.
+
+The models are small bigram tables, so every sequence can be enumerated and every claim checked
+against the exact distribution. Statistical tests use fixed seeds (deterministic); each threshold
+is stated as the false-alarm rate it would have under fresh randomness, and each statistical test
+has a twin that shows the same test rejecting a deliberately broken sampler.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+import softmaxbook.beam as beam
+from softmaxbook.beam import (
+    PAD,
+    beam_search,
+    enumerate_sequences,
+    sample_sequences,
+    sbs_estimate,
+    sbs_inclusion_log_probs,
+    sets_without_replacement,
+    stochastic_beam_search,
+    stochastic_beam_search_reference,
+    with_temperature,
+)
+from softmaxbook.gumbel import sample_gumbel
+
+P_CUT = 1e-3  # reject when p < 1e-3: a correct sampler fails with probability 0.1 % per test
+Z_CUT = 4.0  # |mean - exact| > 4 standard errors: false-alarm rate 6e-5 per test
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+class Bigram:
+    """A bigram model: row V of ``table`` is the start distribution (stateless protocol)."""
+
+    def __init__(self, logits, dtype=torch.float64):
+        self.table = torch.log_softmax(torch.as_tensor(logits, dtype=dtype), dim=-1)
+        self.V = self.table.shape[1]
+        self.calls = []
+
+    def __call__(self, prefixes):
+        self.calls.append(tuple(prefixes.shape))
+        if prefixes.shape[1] == 0:
+            last = torch.full((prefixes.shape[0],), self.V, dtype=torch.long)
+        else:
+            last = prefixes[:, -1]
+        return self.table[last]
+
+    def stateful(self, prefixes, state):
+        """The same model with its last token carried as state (the start symbol V at first).
+
+        It checks that the state it receives belongs to the parent of each prefix.
+        """
+        t = prefixes.shape[1]
+        if t == 0:
+            last = state
+        else:
+            parent_last = prefixes[:, -2] if t >= 2 else torch.full_like(state, self.V)
+            assert torch.equal(state, parent_last), "state not re-indexed to the parents"
+            last = prefixes[:, -1]
+        return self.table[last], last
+
+    def log_prob(self, tokens):
+        """Exact log-probability of each row of ``tokens`` (PAD after the end)."""
+        out = []
+        for row in tokens.tolist():
+            prev, lp = self.V, 0.0
+            for y in row:
+                if y == PAD:
+                    break
+                lp += float(self.table[prev, y])
+                prev = y
+            out.append(lp)
+        return torch.tensor(out, dtype=torch.float64)
+
+
+# A model with V = 4 (token 0 = eos); with max_len = 2 it has 13 sequences. Its beam of k+1 = 3
+# has to drop one of the 4 first-level nodes, so a sampler that gets the conditioning wrong shows.
+MODEL_B = [[0.5, 1.0, 0.0, 0.3], [1.0, 0.2, -0.5, 0.1], [0.3, -0.3, 0.8, -1.0],
+           [0.0, 1.5, 0.4, 0.9], [-1.0, 1.0, 0.9, 0.5]]
+# V = 3, eos = 0, max_len = 3: 15 sequences of lengths 1..3.
+MODEL_A = [[0.5, 1.0, 0.0], [1.0, 0.2, -0.5], [0.3, -0.3, 0.8], [0.0, 0.7, 0.4]]
+
+
+def codes(tokens, V):
+    """One integer per sequence (PAD counts as symbol V), for matching samples to the enumeration."""
+    c = torch.zeros(tokens.shape[:-1], dtype=torch.long)
+    for j in range(tokens.shape[-1]):
+        c = c * (V + 1) + torch.where(tokens[..., j] < 0, V, tokens[..., j])
+    return c
+
+
+def leaf_indices(tokens, enum, V):
+    """Index into ``enum`` of every sampled sequence in ``tokens [..., L']``."""
+    L = enum.tokens.shape[1]
+    tk = torch.nn.functional.pad(tokens, (0, L - tokens.shape[-1]), value=PAD)
+    ec = codes(enum.tokens, V)
+    order = ec.argsort()
+    idx = torch.searchsorted(ec[order], codes(tk, V))
+    assert torch.equal(ec[order][idx.clamp(max=len(ec) - 1)], codes(tk, V)), "unknown sequence"
+    return order[idx]
+
+
+def set_counts(idx, m, subsets):
+    """How often each sorted index set of ``subsets [c, k]`` occurs among the rows of ``idx``."""
+    k = idx.shape[1]
+    key = torch.zeros(idx.shape[0], dtype=torch.long)
+    skey = torch.zeros(subsets.shape[0], dtype=torch.long)
+    srt = idx.sort(dim=1).values
+    for j in range(k):
+        key, skey = key * m + srt[:, j], skey * m + subsets[:, j]
+    counts = (key.unsqueeze(1) == skey).sum(0)
+    assert int(counts.sum()) == idx.shape[0], "a sampled set is not a set of k distinct sequences"
+    return counts.double().numpy()
+
+
+def set_test(model, k, max_len, n, seed, eos=0):
+    """Chi-square p-value and total variation of SBS's sampled sets against the exact law."""
+    enum = enumerate_sequences(model, max_len, eos=eos)
+    subsets, probs = sets_without_replacement(enum.log_probs.exp(), k)
+    assert probs.min() * n >= 3, "expected counts too small for the chi-square test"
+    res = stochastic_beam_search(model, k, max_len, eos=eos, batch_size=n, generator=gen(seed))
+    idx = leaf_indices(res.tokens, enum, model.V)
+    counts = set_counts(idx, len(enum.log_probs), subsets)
+    p = stats.chisquare(counts, probs.numpy() * n).pvalue
+    tv = 0.5 * np.abs(counts / n - probs.numpy()).sum()
+    return p, tv, res, enum, idx
+
+
+def resampled_parent(loc, maximum, *, generator=None):
+    """BROKEN: children get fresh Gumbels, ignoring their parent's perturbed value."""
+    return loc + sample_gumbel(loc.shape, generator=generator, dtype=loc.dtype)
+
+
+def root_at_zero(shape, *, generator=None, dtype=None, device=None):
+    """BROKEN: the root's perturbed value fixed at 0 instead of a fresh Gumbel(0)."""
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
+# ------------------------------------------------------------------------------------------------
+# beam_search: exact values
+# ------------------------------------------------------------------------------------------------
+def test_beam_search_with_wide_beam_returns_every_sequence_sorted():
+    m = Bigram(MODEL_B)
+    enum = enumerate_sequences(m, 2, eos=0)
+    res = beam_search(m, len(enum.log_probs), 2, eos=0)
+    expected = enum.log_probs.sort(descending=True).values
+    torch.testing.assert_close(res.log_probs, expected)
+    torch.testing.assert_close(res.log_probs, m.log_prob(res.tokens))
+    assert len(set(map(tuple, res.tokens.tolist()))) == len(expected)
+
+
+def test_beam_search_beats_greedy_on_a_garden_path():
+    # First token 1 (p .6) or 2 (p .4). After 1 the mass spreads over three tokens (1/3 each:
+    # best total .2); after 2 it concentrates on token 1 (p .9: total .36). Greedy search (k = 1)
+    # commits to 1 and ends with .2; a beam of 2 keeps 2 alive and finds .36.
+    eps = 1e-12
+    table = torch.tensor([
+        [1.0, eps, eps, eps],        # after eos (never used)
+        [eps, 1 / 3, 1 / 3, 1 / 3],  # after 1
+        [eps, 0.9, 0.1, eps],        # after 2
+        [1.0, eps, eps, eps],        # after 3
+        [eps, 0.6, 0.4, eps],        # start
+    ], dtype=torch.float64)
+    model = Bigram(torch.log(table))
+    greedy = beam_search(model, 1, 2, eos=0)
+    assert greedy.tokens[0, 0] == 1
+    assert math.isclose(greedy.log_probs.exp().item(), 0.2, rel_tol=1e-6)
+    two = beam_search(model, 2, 2, eos=0)
+    assert two.tokens[0].tolist() == [2, 1]
+    assert math.isclose(two.log_probs[0].exp().item(), 0.36, rel_tol=1e-6)
+
+
+def test_beam_search_keeps_ended_sequences_without_length_normalisation():
+    # The short sequence "0" (p .5) beats every long one ("10": .3, "11…": <= .2): with no
+    # length normalisation and no early stopping it stays first and is returned with length 1.
+    m = Bigram(torch.log(torch.tensor([[0.5, 0.5], [0.6, 0.4], [0.5, 0.5]])))
+    res = beam_search(m, 2, 3, eos=0)
+    assert res.tokens.tolist() == [[0, PAD], [1, 0]]
+    assert res.lengths.tolist() == [1, 2]
+    torch.testing.assert_close(res.log_probs.exp(), torch.tensor([0.5, 0.3], dtype=torch.float64))
+
+
+def test_fewer_sequences_than_k_are_padded():
+    m = Bigram([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])  # V = 2, eos = 0, max_len 2: "0", "10", "11"
+    for res in (beam_search(m, 5, 2, eos=0),
+                stochastic_beam_search(m, 5, 2, eos=0, generator=gen())):
+        assert torch.isfinite(res.log_probs[:3]).all()
+        assert (res.log_probs[3:] == -math.inf).all()
+        assert res.lengths[3:].tolist() == [0, 0]
+        assert (res.tokens[3:] == PAD).all()
+    assert res.kappa.item() == -math.inf
+    torch.testing.assert_close(res.log_probs[:3].exp().sum(), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_impossible_tokens_are_never_returned():
+    logits = torch.tensor(MODEL_B)
+    logits[:, 2] = -math.inf  # token 2 impossible everywhere
+    m = Bigram(logits)
+    res = stochastic_beam_search(m, 4, 3, eos=0, batch_size=200, generator=gen(3))
+    assert not (res.tokens == 2).any()
+    assert torch.isfinite(res.log_probs).all()
+    assert not (beam_search(m, 4, 3, eos=0).tokens == 2).any()
+
+
+def test_without_eos_every_sequence_has_max_len_tokens():
+    m = Bigram(MODEL_A)
+    res = stochastic_beam_search(m, 5, 4, generator=gen())
+    assert res.tokens.shape == (5, 4) and (res.lengths == 4).all()
+    torch.testing.assert_close(res.log_probs, m.log_prob(res.tokens))
+
+
+# ------------------------------------------------------------------------------------------------
+# stochastic_beam_search: exact properties of one sample
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("eos", [0, None])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_reference_loop_gives_the_same_sample(eos, dtype):
+    m = Bigram(MODEL_A, dtype=dtype)
+    for seed in range(5):
+        fast = stochastic_beam_search(m, 4, 4, eos=eos, generator=gen(seed))
+        slow = stochastic_beam_search_reference(m, 4, 4, eos=eos, generator=gen(seed))
+        assert torch.equal(fast.tokens, slow.tokens)
+        assert torch.equal(fast.lengths, slow.lengths)
+        torch.testing.assert_close(fast.log_probs, slow.log_probs)
+        torch.testing.assert_close(fast.perturbed, slow.perturbed)
+        torch.testing.assert_close(fast.kappa, slow.kappa)
+
+
+def test_sample_is_distinct_ordered_and_scored():
+    m = Bigram(MODEL_A)
+    res = stochastic_beam_search(m, 6, 3, eos=0, batch_size=50, generator=gen(1))
+    for b in range(50):
+        assert len(set(map(tuple, res.tokens[b].tolist()))) == 6
+    assert (res.perturbed[:, :-1] >= res.perturbed[:, 1:]).all()
+    assert (res.kappa <= res.perturbed[:, -1]).all()
+    flat = res.tokens.reshape(-1, res.tokens.shape[-1])
+    torch.testing.assert_close(res.log_probs.reshape(-1), m.log_prob(flat))
+
+
+def test_k_at_least_the_number_of_sequences_returns_them_all_and_the_estimate_is_exact():
+    m = Bigram(MODEL_B)
+    enum = enumerate_sequences(m, 2, eos=0)
+    res = stochastic_beam_search(m, 13, 2, eos=0, generator=gen(2))
+    assert sorted(map(tuple, res.tokens.tolist())) == sorted(map(tuple, enum.tokens.tolist()))
+    assert res.kappa.item() == -math.inf
+    f = res.lengths.double()
+    exact = (enum.log_probs.exp() * enum.lengths.double()).sum()
+    torch.testing.assert_close(sbs_estimate(f, res.log_probs, res.kappa), exact)
+    torch.testing.assert_close(sbs_estimate(f, res.log_probs, res.kappa, normalized=True), exact)
+
+
+def test_max_len_one_is_gumbel_top_k_over_the_first_token():
+    m = Bigram(MODEL_B)
+    res = stochastic_beam_search(m, 3, 1, eos=0, batch_size=4000, generator=gen(4))
+    # the first sample is a draw from the start distribution
+    counts = np.bincount(res.tokens[:, 0, 0].numpy(), minlength=4)
+    assert stats.chisquare(counts, m.table[4].exp().numpy() * 4000).pvalue > P_CUT
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_every_float_dtype(dtype):
+    m = Bigram(MODEL_A, dtype=dtype)
+    res = stochastic_beam_search(m, 4, 3, eos=0, batch_size=20, generator=gen())
+    assert res.log_probs.dtype == res.perturbed.dtype == res.kappa.dtype == dtype
+    assert torch.isfinite(res.perturbed).all() and torch.isfinite(res.log_probs).all()
+    for b in range(20):
+        assert len(set(map(tuple, res.tokens[b].tolist()))) == 4
+    assert beam_search(m, 4, 3, eos=0).log_probs.dtype == dtype
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_runs_on_cuda():
+    table = torch.log_softmax(torch.tensor(MODEL_A, device="cuda"), -1)
+
+    def step(prefixes):
+        last = prefixes[:, -1] if prefixes.shape[1] else torch.full(
+            (prefixes.shape[0],), 3, device="cuda")
+        return table[last]
+
+    res = stochastic_beam_search(step, 4, 3, eos=0, device="cuda",
+                                 generator=torch.Generator("cuda").manual_seed(0))
+    assert res.tokens.device.type == "cuda"
+    assert beam_search(step, 2, 3, eos=0, device="cuda").log_probs.device.type == "cuda"
+
+
+# ------------------------------------------------------------------------------------------------
+# The protocol: state and batches
+# ------------------------------------------------------------------------------------------------
+def test_stateful_model_gives_the_same_results_as_its_stateless_twin():
+    m = Bigram(MODEL_A)
+    s0 = torch.tensor([3])
+    for seed in range(3):
+        a = stochastic_beam_search(m, 4, 4, eos=0, generator=gen(seed))
+        b = stochastic_beam_search(m.stateful, 4, 4, eos=0, init_state=s0, generator=gen(seed))
+        assert torch.equal(a.tokens, b.tokens)
+        torch.testing.assert_close(a.perturbed, b.perturbed)
+    assert torch.equal(beam_search(m, 3, 4, eos=0).tokens,
+                       beam_search(m.stateful, 3, 4, eos=0, init_state=s0).tokens)
+    assert torch.equal(sample_sequences(m, 30, 4, eos=0, generator=gen()).tokens,
+                       sample_sequences(m.stateful, 30, 4, eos=0, init_state=s0,
+                                        generator=gen()).tokens)
+    assert torch.equal(enumerate_sequences(m, 3, eos=0).tokens,
+                       enumerate_sequences(m.stateful, 3, eos=0, init_state=s0).tokens)
+
+
+def test_state_is_reindexed_to_the_parent_of_each_prefix():
+    # The state is the whole prefix, kept by the model itself; the step checks that the state
+    # it receives is exactly the prefix without its last token, and nested containers survive.
+    m = Bigram(MODEL_A)
+
+    def step(prefixes, state):
+        t = prefixes.shape[1]
+        hist = state["hist"]
+        assert hist.shape == (prefixes.shape[0], max(t - 1, 0))
+        assert torch.equal(hist, prefixes[:, :-1]) if t else True
+        new = prefixes if t else hist
+        return m(prefixes), {"hist": new, "tag": "kept", "pair": (new.sum(1), new)}
+
+    init = {"hist": torch.empty(1, 0, dtype=torch.long), "tag": "kept",
+            "pair": (torch.zeros(1), torch.empty(1, 0))}
+    res = stochastic_beam_search(step, 5, 4, eos=0, init_state=init, generator=gen(7))
+    assert len(set(map(tuple, res.tokens.tolist()))) == 5
+
+
+def test_batch_keeps_inputs_apart():
+    # Input b is a different model; the state tells the step function which input a row is.
+    models = [Bigram(MODEL_A), Bigram(torch.tensor(MODEL_A).flip(1)), Bigram(torch.zeros(4, 3))]
+
+    def step(prefixes, which):
+        out = torch.stack([models[int(w)](prefixes[i:i + 1])[0] for i, w in enumerate(which)])
+        return out, which
+
+    batched = beam_search(step, 3, 3, eos=0, init_state=torch.arange(3), batch_size=3)
+    assert batched.tokens.shape[:2] == (3, 3)
+    for b, m in enumerate(models):
+        alone = beam_search(m, 3, 3, eos=0)
+        assert torch.equal(batched.tokens[b, :, : alone.tokens.shape[1]], alone.tokens)
+        torch.testing.assert_close(batched.log_probs[b], alone.log_probs)
+    sbs = stochastic_beam_search(step, 3, 3, eos=0, init_state=torch.arange(3), batch_size=3,
+                                 generator=gen())
+    assert sbs.kappa.shape == (3,) and sbs.perturbed.shape == (3, 3)
+
+
+def test_the_step_function_sees_one_batch_per_step_and_no_ended_prefixes():
+    m = Bigram(MODEL_A)
+    stochastic_beam_search(m, 4, 4, eos=0, batch_size=10, generator=gen())
+    assert m.calls[0] == (10, 0)
+    assert [t for _, t in m.calls] == list(range(len(m.calls)))
+    assert all(n <= 10 * 5 for n, _ in m.calls)  # at most k + 1 open prefixes per input
+
+    seen = []
+
+    def step(prefixes):
+        seen.append(prefixes.clone())
+        return m(prefixes)
+
+    stochastic_beam_search(step, 4, 4, eos=0, batch_size=10, generator=gen())
+    for p in seen:
+        assert not (p == 0).any(), "an ended prefix (containing eos) was passed to step_fn"
+        assert not (p == PAD).any()
+
+
+# ------------------------------------------------------------------------------------------------
+# Exactness: the distribution of the sampled sets
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("model, k, max_len", [(MODEL_B, 2, 2), (MODEL_A, 2, 3)])
+def test_sampled_sets_follow_sampling_without_replacement(model, k, max_len):
+    # 20 000 independent searches in one batched call; chi-square over every k-set of sequences.
+    p, tv, *_ = set_test(Bigram(model), k, max_len, n=20_000, seed=0)
+    assert p > P_CUT, f"p = {p:.2e}, TV = {tv:.4f}"
+
+
+def test_set_test_rejects_children_that_ignore_their_parent(monkeypatch):
+    monkeypatch.setattr(beam, "gumbel_with_max", resampled_parent)
+    for model, k, max_len in [(MODEL_B, 2, 2), (MODEL_A, 2, 3)]:
+        p, tv, *_ = set_test(Bigram(model), k, max_len, n=20_000, seed=1)
+        assert p < P_CUT, f"the broken sampler passed: p = {p:.2e}, TV = {tv:.4f}"
+
+
+def test_first_sample_and_its_perturbed_value_follow_the_model():
+    # The first sample is a draw from p, and the largest perturbed value is Gumbel(0) (the root).
+    m = Bigram(MODEL_B)
+    enum = enumerate_sequences(m, 2, eos=0)
+    res = stochastic_beam_search(m, 3, 2, eos=0, batch_size=20_000, generator=gen(5))
+    idx = leaf_indices(res.tokens[:, :1], enum, m.V)[:, 0]
+    counts = np.bincount(idx.numpy(), minlength=len(enum.log_probs))
+    assert stats.chisquare(counts, enum.log_probs.exp().numpy() * 20_000).pvalue > P_CUT
+    g = res.perturbed[:, 0].numpy()
+    assert stats.kstest(g, lambda x: np.exp(-np.exp(-x))).pvalue > P_CUT
+
+
+def test_root_fixed_at_zero_keeps_the_sets_but_breaks_kappa(monkeypatch):
+    # Fixing the root's value at 0 shifts every perturbed value by the same random amount, which
+    # does not change their order: the sampled sets are still right (this test passes) ...
+    m = Bigram(MODEL_B)
+    monkeypatch.setattr(beam, "sample_gumbel", root_at_zero)
+    p, tv, res, enum, idx = set_test(m, 2, 2, n=20_000, seed=0)
+    assert p > P_CUT
+    # ... but the top perturbed value is no longer Gumbel(0) (it is 0), and κ is conditioned on
+    # it, so the estimator's inclusion probabilities are wrong; see the estimator tests.
+    assert (res.perturbed[:, 0] == 0).all()
+
+
+# ------------------------------------------------------------------------------------------------
+# Estimators
+# ------------------------------------------------------------------------------------------------
+def estimator_run(m, k, max_len, n, seed, normalized=False):
+    enum = enumerate_sequences(m, max_len, eos=0)
+    f_all = enum.lengths.double() + 2.0 * (enum.tokens[:, 0] == 1).double()
+    exact = float((enum.log_probs.exp() * f_all).sum())
+    res = stochastic_beam_search(m, k, max_len, eos=0, batch_size=n, generator=gen(seed))
+    f = f_all[leaf_indices(res.tokens, enum, m.V)]
+    est = sbs_estimate(f, res.log_probs, res.kappa, normalized=normalized).numpy()
+    return est, exact
+
+
+def test_sbs_estimate_is_unbiased():
+    est, exact = estimator_run(Bigram(MODEL_A), 3, 3, 20_000, seed=11)
+    z = (est.mean() - exact) / (est.std(ddof=1) / math.sqrt(len(est)))
+    assert abs(z) < Z_CUT, f"z = {z:.2f}"
+
+
+def test_unbiasedness_test_rejects_a_root_fixed_at_zero(monkeypatch):
+    monkeypatch.setattr(beam, "sample_gumbel", root_at_zero)
+    est, exact = estimator_run(Bigram(MODEL_A), 3, 3, 20_000, seed=11)
+    z = (est.mean() - exact) / (est.std(ddof=1) / math.sqrt(len(est)))
+    assert abs(z) > Z_CUT, f"the broken estimator passed: z = {z:.2f}"
+
+
+def test_normalised_estimate_is_exact_for_constants_and_close_otherwise():
+    m = Bigram(MODEL_A)
+    res = stochastic_beam_search(m, 3, 3, eos=0, batch_size=100, generator=gen())
+    ones = torch.ones_like(res.log_probs)
+    torch.testing.assert_close(sbs_estimate(ones, res.log_probs, res.kappa, normalized=True),
+                               torch.ones(100, dtype=torch.float64))
+    est, exact = estimator_run(m, 3, 3, 5_000, seed=12, normalized=True)
+    # biased but consistent: at k = 3 of 15 sequences the bias is well under 5 %
+    assert abs(est.mean() - exact) < 0.05 * exact
+    plain, _ = estimator_run(m, 3, 3, 5_000, seed=12)
+    assert est.var() < plain.var()  # and here it has the lower variance
+
+
+def test_sbs_estimate_by_hand():
+    lp = torch.log(torch.tensor([0.5, 0.2], dtype=torch.float64))
+    kappa = torch.tensor(0.3, dtype=torch.float64)
+    q = 1 - torch.exp(-torch.exp(lp - kappa))
+    f = torch.tensor([2.0, -1.0], dtype=torch.float64)
+    torch.testing.assert_close(sbs_estimate(f, lp, kappa), (lp.exp() * f / q).sum())
+    w = lp.exp() / q
+    torch.testing.assert_close(sbs_estimate(f, lp, kappa, normalized=True), (w * f).sum() / w.sum())
+    torch.testing.assert_close(sbs_inclusion_log_probs(lp, kappa), torch.log(q))
+
+
+def test_sbs_estimate_ignores_padding_rows():
+    lp = torch.tensor([-0.1, -math.inf])
+    f = torch.tensor([1.0, float("nan")])
+    out = sbs_estimate(f, lp, torch.tensor(-math.inf))
+    torch.testing.assert_close(out, torch.tensor(math.exp(-0.1)))
+
+
+def test_sbs_estimate_gradients():
+    lp = torch.log(torch.tensor([0.5, 0.2, 0.1], dtype=torch.float64)).requires_grad_()
+    f = torch.tensor([2.0, -1.0, 0.5], dtype=torch.float64, requires_grad=True)
+    kappa = torch.tensor(-0.4, dtype=torch.float64)
+    for normalized in (False, True):
+        assert torch.autograd.gradcheck(
+            lambda a, b: sbs_estimate(a, b, kappa, normalized=normalized), (f, lp))
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.floats(min_value=-800, max_value=800))
+def test_inclusion_log_probs_at_extreme_inputs(a):
+    # log(1 - exp(-exp(a))): ~a for a << 0 (q tiny), ~-exp(-exp(a)) for a >> 0 (q ~ 1).
+    for dtype in (torch.float32, torch.float64):
+        out = sbs_inclusion_log_probs(torch.tensor([a], dtype=dtype), torch.tensor(0.0, dtype=dtype))
+        assert not torch.isnan(out).any() and float(out) <= 0.0
+        if a < -30:
+            assert math.isclose(float(out), a, rel_tol=1e-6)
+        elif a < 30:
+            ref = math.log(-math.expm1(-math.exp(a)))
+            tol = 1e-12 if dtype == torch.float64 else 1e-5
+            assert abs(float(out) - ref) <= tol * max(1.0, abs(ref))
+        else:
+            assert float(out) == 0.0 or float(out) > -1e-12
+
+
+@settings(max_examples=25, deadline=None)
+@given(scale=st.floats(min_value=1e-3, max_value=1e4), seed=st.integers(0, 2**31 - 1),
+       k=st.integers(1, 8))
+def test_sbs_with_extreme_models(scale, seed, k):
+    # Logits from almost uniform (scale 1e-3) to almost deterministic (1e4): the samples stay
+    # distinct, scores finite where the sequence is possible, and log-probabilities right.
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(5, 4, generator=g, dtype=torch.float64) * scale
+    m = Bigram(logits)
+    res = stochastic_beam_search(m, k, 3, eos=0, generator=g)
+    ok = res.log_probs > -math.inf
+    assert not torch.isnan(res.perturbed).any()
+    assert torch.isfinite(res.perturbed[ok]).all()
+    rows = [tuple(r) for r, o in zip(res.tokens.tolist(), ok.tolist()) if o]
+    assert len(set(rows)) == len(rows)
+    torch.testing.assert_close(res.log_probs[ok], m.log_prob(res.tokens[ok]))
+
+
+# ------------------------------------------------------------------------------------------------
+# Ancestral sampling, enumeration, temperature, sets_without_replacement
+# ------------------------------------------------------------------------------------------------
+def test_ancestral_samples_follow_the_model():
+    m = Bigram(MODEL_B)
+    enum = enumerate_sequences(m, 2, eos=0)
+    s = sample_sequences(m, 20_000, 2, eos=0, generator=gen(8))
+    torch.testing.assert_close(s.log_probs, m.log_prob(s.tokens))
+    counts = np.bincount(leaf_indices(s.tokens, enum, m.V).numpy(), minlength=13)
+    assert stats.chisquare(counts, enum.log_probs.exp().numpy() * 20_000).pvalue > P_CUT
+
+
+def test_enumeration_sums_to_one_and_refuses_large_models():
+    m = Bigram(MODEL_A)
+    enum = enumerate_sequences(m, 5, eos=0)
+    torch.testing.assert_close(enum.log_probs.exp().sum(), torch.tensor(1.0, dtype=torch.float64))
+    assert len(enum.log_probs) == 1 + 2 + 4 + 8 + 16 * 3
+    with pytest.raises(ValueError, match="too large to enumerate"):
+        enumerate_sequences(m, 12, max_sequences=1000)
+
+
+def test_with_temperature():
+    m = Bigram(MODEL_A)
+    p = torch.zeros(2, 0, dtype=torch.long)
+    torch.testing.assert_close(with_temperature(m, 1.0)(p), m(p))
+    cold = with_temperature(m, 0.01)(p)
+    assert cold.exp().max() > 0.99
+    torch.testing.assert_close(with_temperature(m, 0.5)(p), torch.log_softmax(m(p) * 2, -1))
+    with pytest.raises(ValueError, match="argument 'temperature'"):
+        with_temperature(m, 0.0)
+
+
+def test_sets_without_replacement_by_hand():
+    subsets, probs = sets_without_replacement(torch.tensor([0.5, 0.3, 0.2]), 2)
+    assert subsets.tolist() == [[0, 1], [0, 2], [1, 2]]
+    expected = [0.5 * 0.3 / 0.5 + 0.3 * 0.5 / 0.7, 0.5 * 0.2 / 0.5 + 0.2 * 0.5 / 0.8,
+                0.3 * 0.2 / 0.7 + 0.2 * 0.3 / 0.8]
+    torch.testing.assert_close(probs, torch.tensor(expected, dtype=torch.float64))
+    with pytest.raises(ValueError, match="argument 'k'"):
+        sets_without_replacement(torch.tensor([0.5, 0.5, 0.0]), 3)
+    with pytest.raises(ValueError, match="sum to 1"):
+        sets_without_replacement(torch.tensor([0.5, 0.4]), 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input: one test per kind
+# ------------------------------------------------------------------------------------------------
+SEARCHES = [beam_search, stochastic_beam_search]
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_k_below_one(search):
+    with pytest.raises(ValueError, match=rf"^{search.__name__}: argument 'k' must be >= 1"):
+        search(Bigram(MODEL_A), 0, 3)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_k_not_an_int(search):
+    with pytest.raises(TypeError, match="argument 'k' must be an int"):
+        search(Bigram(MODEL_A), 2.0, 3)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_max_len_below_one(search):
+    with pytest.raises(ValueError, match="argument 'max_len' must be >= 1"):
+        search(Bigram(MODEL_A), 2, 0)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_negative_eos(search):
+    with pytest.raises(ValueError, match="argument 'eos' must be >= 0"):
+        search(Bigram(MODEL_A), 2, 3, eos=-1)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_step_fn_not_callable(search):
+    with pytest.raises(TypeError, match="argument 'step_fn' must be callable"):
+        search("model", 2, 3)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_step_fn_wrong_shape(search):
+    with pytest.raises(ValueError, match=r"argument 'step_fn' returned log-probabilities of shape "
+                                         r"\(1, 1, 3\) for 1 prefixes"):
+        search(lambda p: torch.zeros(p.shape[0], 1, 3), 2, 3)
+    with pytest.raises(ValueError, match=r"shape \(2, 3\) for 1 prefixes"):
+        search(lambda p: torch.log_softmax(torch.zeros(2, 3), -1), 2, 3)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_step_fn_changes_vocabulary(search):
+    def step(p):
+        return torch.log_softmax(torch.zeros(p.shape[0], 3 + p.shape[1]), -1)
+
+    with pytest.raises(ValueError, match="argument 'step_fn' returned 4 log-probabilities per "
+                                         "prefix, but 3 at the first step"):
+        search(step, 2, 3)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_step_fn_not_normalised(search):
+    with pytest.raises(ValueError, match=r"argument 'step_fn' returned rows that are not "
+                                         r"normalised: row 0 has logsumexp 1\.099"):
+        search(lambda p: torch.zeros(p.shape[0], 3), 2, 3)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_step_fn_returns_nan(search):
+    def step(p):
+        out = torch.log_softmax(torch.zeros(p.shape[0], 3), -1)
+        out[0, 1] = float("nan")
+        return out
+
+    with pytest.raises(ValueError, match=r"argument 'step_fn' contains NaN \(first at index \(0, 1\)\)"):
+        search(step, 2, 3)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_step_fn_returns_posinf(search):
+    with pytest.raises(ValueError, match="argument 'step_fn' contains \\+inf"):
+        search(lambda p: torch.full((p.shape[0], 2), math.inf), 2, 3)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_step_fn_returns_not_a_float_tensor(search):
+    with pytest.raises(TypeError, match="argument 'step_fn' must return a torch.Tensor"):
+        search(lambda p: [[0.0]], 2, 3)
+    with pytest.raises(TypeError, match="must return floating-point log-probabilities"):
+        search(lambda p: torch.zeros(p.shape[0], 1, dtype=torch.long), 2, 3)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_stateful_step_fn_must_return_a_pair(search):
+    m = Bigram(MODEL_A)
+    with pytest.raises(TypeError, match=r"must return a pair \(log_probs, new_state\)"):
+        search(lambda p, s: m(p), 2, 3, init_state=torch.zeros(1))
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_init_state_with_wrong_rows(search):
+    m = Bigram(MODEL_A)
+    with pytest.raises(ValueError, match="argument 'init_state' must have leading dimension 2"):
+        search(m.stateful, 2, 3, init_state=torch.tensor([3]), batch_size=2)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_new_state_with_wrong_rows(search):
+    m = Bigram(MODEL_A)
+    with pytest.raises(ValueError, match="the new_state returned by 'step_fn' must have leading "
+                                         "dimension 1"):
+        search(lambda p, s: (m(p), torch.zeros(5)), 2, 3, init_state=torch.zeros(1))
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_bad_batch_size(search):
+    with pytest.raises(ValueError, match="argument 'batch_size' must be >= 1"):
+        search(Bigram(MODEL_A), 2, 3, batch_size=0)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_step_fn_on_another_device(search):
+    m = Bigram(MODEL_A)
+    with pytest.raises(ValueError, match="returned log-probabilities on cpu, but the search runs on meta"):
+        search(m, 2, 3, device="meta")
+
+
+def test_bad_generator():
+    with pytest.raises(TypeError, match="argument 'generator' must be a torch.Generator"):
+        stochastic_beam_search(Bigram(MODEL_A), 2, 3, generator=0)
+
+
+def test_sbs_estimate_bad_shapes():
+    lp = torch.tensor([[-1.0, -2.0]])
+    with pytest.raises(ValueError, match="argument 'values' must have the shape of 'log_probs'"):
+        sbs_estimate(torch.zeros(1, 3), lp, torch.zeros(1))
+    with pytest.raises(ValueError, match=r"argument 'kappa' must have shape \(1,\)"):
+        sbs_estimate(torch.zeros(1, 2), lp, torch.zeros(()))
+    with pytest.raises(ValueError, match="argument 'log_probs' must have at least one dimension"):
+        sbs_estimate(torch.zeros(()), torch.zeros(()), torch.zeros(()))
+
+
+def test_sbs_estimate_nan():
+    lp = torch.tensor([-1.0, -2.0])
+    with pytest.raises(ValueError, match="argument 'log_probs' contains NaN"):
+        sbs_estimate(torch.zeros(2), torch.tensor([-1.0, float("nan")]), torch.tensor(0.0))
+    with pytest.raises(ValueError, match="argument 'kappa' contains NaN"):
+        sbs_estimate(torch.zeros(2), lp, torch.tensor(float("nan")))
+    with pytest.raises(ValueError, match="argument 'values' contains NaN"):
+        sbs_estimate(torch.tensor([0.0, float("nan")]), lp, torch.tensor(0.0))
+
+
+def test_sbs_estimate_bad_types():
+    lp = torch.tensor([-1.0, -2.0])
+    with pytest.raises(TypeError, match="argument 'values' must be a torch.Tensor"):
+        sbs_estimate([1.0, 2.0], lp, torch.tensor(0.0))
+    with pytest.raises(TypeError, match="argument 'normalized' must be a bool"):
+        sbs_estimate(torch.zeros(2), lp, torch.tensor(0.0), normalized=1)
+    with pytest.raises(ValueError, match=r"argument 'log_probs' contains \+inf"):
+        sbs_estimate(torch.zeros(2), torch.tensor([math.inf, 0.0]), torch.tensor(0.0))
+
+
+def test_sample_sequences_bad_n():
+    with pytest.raises(ValueError, match="^sample_sequences: argument 'n' must be >= 1"):
+        sample_sequences(Bigram(MODEL_A), 0, 3)
+
+
+# ------------------------------------------------------------------------------------------------
+# The benchmark script runs
+# ------------------------------------------------------------------------------------------------
+def test_benchmark_quick_runs(capsys):
+    spec = importlib.util.spec_from_file_location("bench_beam", ROOT / "benchmarks" / "bench_beam.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    threads = torch.get_num_threads()
+    try:
+        rows = bench.main(["--quick"])
+    finally:
+        torch.set_num_threads(threads)
+    assert len(rows) == 4 and all(r[1] > 0 and r[2] > 0 for r in rows)
+    assert "stochastic_beam_search / beam_search" in capsys.readouterr().out
