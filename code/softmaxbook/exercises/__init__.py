@@ -1,0 +1,220 @@
+"""Checks for the book's coding exercises.
+
+A coding exercise in a chapter looks like this (see CONTRIBUTING.md, "Exercises")::
+
+    [markdown]  ```{exercise-start} ... ```  the task  ```{exercise-end}```
+    [markdown]  ```{solution-start} softmax-stable-lse  :class: dropdown```
+    [code, tag "solution"]  def stable_logsumexp(x): ...      <- the learner's cell
+    [markdown]  ```{solution-end}```
+    [code]  check("softmax-stable-lse", stable_logsumexp)
+
+``check(label, answer)`` compares the learner's object with the reference on several inputs. When
+the answer is right it prints one line and returns ``True``. When it is wrong it raises
+:class:`ExerciseCheckFailed`, an ``AssertionError`` whose message says which exercise, for which
+input, what was expected and what came back, with a hint. In Jupyter the message is shown without
+a traceback (``_render_traceback_``); under pytest/nbval it fails the cell, so a broken reference
+solution fails CI.
+
+Checks are registered per chapter in ``softmaxbook.exercises.<topic>`` (the label's first word is
+the topic) with the :func:`exercise` decorator. Authors of checks use :func:`call` (runs the
+learner's function, turning a stub's ``NotImplementedError`` or a crash into a clear message) and
+the comparison helpers :func:`expect_close`, :func:`expect_equal`, :func:`expect_true`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+__all__ = [
+    "ExerciseCheckFailed",
+    "check",
+    "exercise",
+    "registered",
+    "call",
+    "expect_answered",
+    "expect_close",
+    "expect_equal",
+    "expect_true",
+    "describe",
+]
+
+
+class ExerciseCheckFailed(AssertionError):
+    """Raised by :func:`check` when an answer is not (yet) right; the message says why."""
+
+    def _render_traceback_(self):  # IPython shows this instead of a traceback
+        return [f"\x1b[31m✗ {self.args[0]}\x1b[0m"]
+
+
+@dataclass(frozen=True)
+class _Exercise:
+    label: str
+    title: str
+    checker: Callable[[Any], int | None]
+
+
+_REGISTRY: dict[str, _Exercise] = {}
+_current: list[_Exercise] = []  # the exercise whose checker is running (for messages)
+
+
+def exercise(label: str, title: str):
+    """Register ``checker(answer)`` as the check of exercise ``label``.
+
+    The checker raises :class:`ExerciseCheckFailed` (through the ``expect_*`` helpers) when the
+    answer is wrong, and may return the number of cases it checked.
+    """
+    if not isinstance(label, str) or "-" not in label:
+        raise ValueError(f"exercise: argument 'label' must look like '<topic>-<name>', got {label!r}")
+
+    def register(checker):
+        if label in _REGISTRY:
+            raise ValueError(f"exercise: label {label!r} is registered twice")
+        _REGISTRY[label] = _Exercise(label, title, checker)
+        return checker
+
+    return register
+
+
+def _load(label: str) -> _Exercise:
+    if not isinstance(label, str):
+        raise TypeError(f"check: argument 'label' must be a str, got {type(label).__name__}")
+    topic = label.split("-", 1)[0]
+    if label not in _REGISTRY:
+        try:
+            importlib.import_module(f"{__name__}.{topic}")
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{topic}":
+                raise
+    if label not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise ValueError(f"check: argument 'label' {label!r} is not a known exercise (known: {known})")
+    return _REGISTRY[label]
+
+
+def registered(topic: str | None = None) -> list[str]:
+    """Labels of all registered exercises (importing the topic's module first), sorted."""
+    if topic is not None:
+        importlib.import_module(f"{__name__}.{topic}")
+        return sorted(k for k in _REGISTRY if k.split("-", 1)[0] == topic)
+    return sorted(_REGISTRY)
+
+
+def _fail(message: str, hint: str | None = None):
+    ex = _current[-1] if _current else None
+    head = f"Exercise {ex.label} ({ex.title}): " if ex else ""
+    text = head + message
+    if hint:
+        text += f"\nHint: {hint}"
+    raise ExerciseCheckFailed(text)
+
+
+def check(label: str, answer: Any) -> bool:
+    """Check the learner's ``answer`` to exercise ``label``; print a line and return True if right.
+
+    Raises
+    ------
+    ExerciseCheckFailed
+        With a message naming the exercise, the input, what was expected and what came back.
+    """
+    ex = _load(label)
+    _current.append(ex)
+    try:
+        expect_answered(answer)
+        n = ex.checker(answer)
+    finally:
+        _current.pop()
+    cases = f" on {n} test cases" if isinstance(n, int) and n > 1 else ""
+    print(f"✓ Exercise {label} ({ex.title}): correct{cases}.")
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers for writing checkers
+# ---------------------------------------------------------------------------------------------
+
+def describe(value: Any, limit: int = 8) -> str:
+    """A short, readable description of a value for a message (tensors abbreviated)."""
+    if isinstance(value, torch.Tensor):
+        flat = value.detach().flatten()
+        items = ", ".join(_fmt(float(v)) if value.is_floating_point() else str(int(v))
+                          for v in flat[:limit])
+        more = ", …" if flat.numel() > limit else ""
+        shape = f" (shape {tuple(value.shape)}, {value.dtype})" if value.dim() > 0 else ""
+        body = f"[{items}{more}]" if value.dim() > 0 else items
+        return f"tensor({body}){shape}"
+    if isinstance(value, float):
+        return _fmt(value)
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _fmt(v: float) -> str:
+    if math.isnan(v) or math.isinf(v):
+        return str(v)
+    return f"{v:.6g}"
+
+
+def expect_answered(answer: Any) -> None:
+    """Fail with a friendly message if ``answer`` is still the stub's ``...`` or ``None``."""
+    if answer is Ellipsis or answer is None:
+        _fail("no answer yet: the value is still `...`. Replace it with your answer and run the "
+              "cell again.")
+
+
+def call(func: Any, *args, input_desc: str | None = None, **kwargs):
+    """Call the learner's ``func``; turn a stub or a crash into a clear message."""
+    if not callable(func):
+        _fail(f"expected a function, got {describe(func)}.")
+    where = input_desc or ", ".join(describe(a) for a in args)
+    try:
+        return func(*args, **kwargs)
+    except NotImplementedError:
+        _fail("your function still raises NotImplementedError. Replace the `raise "
+              "NotImplementedError(...)` line with your implementation and run the cell again.")
+    except ExerciseCheckFailed:
+        raise
+    except Exception as err:  # report any crash of the learner's code as a failed check
+        _fail(f"your function raised {type(err).__name__}: {err}\n  for input: {where}")
+
+
+def expect_close(got: Any, expected: Any, *, input_desc: str, rtol: float = 1e-5,
+                 atol: float = 1e-8, what: str = "result", hint: str | None = None) -> None:
+    """Fail unless ``got`` equals ``expected`` within tolerance (shapes, NaN and inf included)."""
+    exp = torch.as_tensor(expected)
+    if not isinstance(got, (torch.Tensor, float, int)) or isinstance(got, bool):
+        _fail(f"for input {input_desc} the {what} should be a tensor or a number, got "
+              f"{type(got).__name__}: {describe(got)}.", hint)
+    g = torch.as_tensor(got)
+    if g.shape != exp.shape:
+        _fail(f"for input {input_desc} the {what} should have shape {tuple(exp.shape)}, got "
+              f"{tuple(g.shape)}.", hint)
+    g64, e64 = g.detach().to(torch.float64).cpu(), exp.detach().to(torch.float64).cpu()
+    if not torch.allclose(g64, e64, rtol=rtol, atol=atol, equal_nan=False):
+        diff = (g64 - e64).abs()
+        worst = float(diff.nan_to_num(float("inf")).max()) if diff.numel() else 0.0
+        _fail(f"for input {input_desc}\n  expected {what} {describe(exp)}\n  but got      "
+              f"{describe(g)}\n  (largest difference {_fmt(worst)}).", hint)
+
+
+def expect_equal(got: Any, expected: Any, *, input_desc: str, what: str = "result",
+                 hint: str | None = None) -> None:
+    """Fail unless ``got == expected`` (tensors compared elementwise, shapes included)."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not bool(
+                (got.detach().cpu() == expected.detach().cpu()).all()):
+            _fail(f"for input {input_desc}\n  expected {what} {describe(expected)}\n  but got  "
+                  f"    {describe(got)}.", hint)
+    elif got != expected:
+        _fail(f"for input {input_desc}\n  expected {what} {describe(expected)}\n  but got      "
+              f"{describe(got)}.", hint)
+
+
+def expect_true(condition: bool, message: str, hint: str | None = None) -> None:
+    """Fail with ``message`` unless ``condition`` holds."""
+    if not condition:
+        _fail(message, hint)

@@ -1,0 +1,40 @@
+"""Every notebook is stored without outputs and with clean metadata (the build executes them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import BOOK, ROOT, chapter_notebooks
+
+NOTEBOOKS = sorted(BOOK.glob("*.ipynb")) + [ROOT / "tools" / "chapter_template.ipynb"]
+ALLOWED_NB_METADATA = {"kernelspec", "language_info"}
+ALLOWED_CELL_METADATA = {"tags"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_without_outputs(path: Path):
+    nb = json.loads(path.read_text())
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs") == [], f"{path.name} cell {i} has outputs"
+            assert cell.get("execution_count") is None, f"{path.name} cell {i} has an execution count"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_clean_metadata(path: Path):
+    nb = json.loads(path.read_text())
+    extra = set(nb.get("metadata", {})) - ALLOWED_NB_METADATA
+    assert not extra, f"{path.name}: notebook metadata has {sorted(extra)} (widget state, etc.)"
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    for i, cell in enumerate(nb["cells"]):
+        extra = set(cell.get("metadata", {})) - ALLOWED_CELL_METADATA
+        assert not extra, f"{path.name} cell {i}: metadata {sorted(extra)}"
+
+
+def test_every_chapter_is_in_the_toc():
+    in_toc = {p.name for p in chapter_notebooks()}
+    on_disk = {p.name for p in BOOK.glob("*.ipynb")}
+    assert on_disk == in_toc, f"notebooks not in _toc.yml: {sorted(on_disk - in_toc)}"

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""The book's commands. Needs only Python 3.10+; everything else is installed into .venv/.
+
+    python3 tools/book.py build            # strict build of the HTML book -> _build/html
+    python3 tools/book.py test             # every test: package, notebooks, exercises, browser
+    python3 tools/book.py student          # student notebooks (solutions stubbed) -> _build/student
+    python3 tools/book.py build-nosolutions  # the site without solutions -> _build/nosolutions/html
+    python3 tools/book.py serve            # serve _build/html on http://127.0.0.1:8000
+    python3 tools/book.py lab              # open the notebooks in JupyterLab
+    python3 tools/book.py build-chapter book/01_softmax.ipynb   # one chapter alone, strictly
+    python3 tools/book.py clean            # strip outputs/metadata from book/*.ipynb before committing
+    python3 tools/book.py setup            # (re)create .venv when requirements changed
+
+The build and test commands run `setup` first, so on a fresh clone each is one command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / "python"
+STAMP = VENV / ".installed-requirements"
+BUILD = ROOT / "_build"
+STRICT = ["-W", "-n", "--keep-going"]
+
+
+def say(msg: str) -> None:
+    print(f"\n==> {msg}", flush=True)
+
+
+def run(cmd: list, **kw) -> None:
+    print("$ " + " ".join(str(c) for c in cmd), flush=True)
+    result = subprocess.run([str(c) for c in cmd], cwd=ROOT, **kw)
+    if result.returncode != 0:
+        sys.exit(result.returncode)
+
+
+def _requirements_hash() -> str:
+    h = hashlib.sha256()
+    for name in ("requirements.txt", "code/pyproject.toml"):
+        h.update((ROOT / name).read_bytes())
+    return h.hexdigest()
+
+
+def setup(_args=None) -> None:
+    """Create .venv and install requirements.txt into it, unless it is up to date."""
+    wanted = _requirements_hash()
+    if PY.exists() and STAMP.exists() and STAMP.read_text().strip() == wanted:
+        return
+    t0 = time.time()
+    if not PY.exists():
+        say(f"creating the virtual environment {VENV}")
+        run([sys.executable, "-m", "venv", VENV])
+    say("installing requirements.txt (torch is pinned to the CPU build 2.13.0)")
+    run([PY, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+    run([PY, "-m", "pip", "install", "--quiet", "-r", "requirements.txt"])
+    STAMP.write_text(wanted + "\n")
+    say(f"set-up done in {time.time() - t0:.0f} s")
+
+
+def _jupyter_book(*extra) -> None:
+    env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning")
+    run([BIN / "jupyter-book", "build", *STRICT, *extra, "."], env=env)
+
+
+def _derived_config(path: Path, *, cache: Path | None = None, hide_solutions: bool = False) -> Path:
+    """Write a copy of _config.yml to ``path`` with local paths made absolute and options changed.
+
+    Jupyter Book resolves ``local_extensions`` relative to the config file, so a config written
+    elsewhere must name the extension folder absolutely.
+    """
+    text = (ROOT / "_config.yml").read_text()
+    text = text.replace(": book/_ext", f": {ROOT / 'book' / '_ext'}")
+    if cache is not None:
+        # Its own execution cache, so that two builds never share one database.
+        text = text.replace("cache: .jupyter_cache", f"cache: {cache}", 1)
+    if hide_solutions:
+        marker = "  config:\n"
+        if marker not in text:
+            sys.exit("_config.yml has no 'sphinx: config:' section")
+        text = text.replace(marker, marker + "    hide_solutions: true\n", 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def build(_args=None) -> None:
+    """Strict build: any warning, broken reference or failing cell fails it."""
+    setup()
+    t0 = time.time()
+    say("building the book (notebooks executed; results cached in .jupyter_cache)")
+    _jupyter_book()
+    say(f"built in {time.time() - t0:.0f} s. Open {BUILD / 'html' / 'index.html'}")
+
+
+def build_nosolutions(_args=None) -> None:
+    """The same site with every solution removed (sphinx-exercise's hide_solutions)."""
+    setup()
+    target = BUILD / "nosolutions"
+    config = _derived_config(BUILD / "nosolutions-config.yml", hide_solutions=True)
+    _jupyter_book("--config", config, "--path-output", target)
+    say(f"solution-free site: {target / '_build' / 'html' / 'index.html'}")
+
+
+def build_chapter(args) -> None:
+    """Strict build of one chapter on its own (for authors): a toc with just that page."""
+    setup()
+    page = Path(args.notebook)
+    if page.suffix != ".ipynb" or not (ROOT / page).is_file():
+        sys.exit(f"build-chapter: argument 'notebook' must be a notebook in book/, got {page}")
+    name = page.stem
+    target = BUILD / f"chapter-{name}"
+    target.mkdir(parents=True, exist_ok=True)
+    toc = target / "_toc.yml"
+    toc.write_text(f"format: jb-book\nroot: {page.with_suffix('').as_posix()}\n")
+    config = _derived_config(target / "_config.yml", cache=target / ".jupyter_cache")
+    print("note: references to other chapters ({doc}`01_softmax`, ...) warn in this mode; the full "
+          "build resolves them.")
+    _jupyter_book("--toc", toc, "--config", config, "--path-output", target)
+    say(f"chapter built: {target / '_build' / 'html' / page.with_suffix('.html')}")
+
+
+def student(_args=None) -> None:
+    """Student notebooks: solutions replaced by stubs, outputs empty."""
+    setup()
+    target = BUILD / "student"
+    if target.exists():
+        shutil.rmtree(target)
+    run([PY, "-m", "softmaxbook.exercises.student", ROOT / "book", target])
+    say(f"student notebooks in {target}")
+
+
+def test(args=None) -> None:
+    """Every test. The browser tests need the built site, so the strict build runs first."""
+    setup()
+    build()
+    t0 = time.time()
+    say("running the tests (package, exercises, notebooks via nbval, student notebooks, browser)")
+    extra = list(getattr(args, "pytest_args", None) or [])
+    run([PY, "-m", "pytest", "-n", "2", "--dist", "loadfile", "--nbval-lax", "-p", "no:cacheprovider",
+         "tests", "book", *extra])
+    say(f"tests passed in {time.time() - t0:.0f} s")
+
+
+def serve(args) -> None:
+    site = BUILD / "html"
+    if not (site / "index.html").exists():
+        build()
+    say(f"serving {site} on http://127.0.0.1:{args.port} (Ctrl-C to stop)")
+    run([sys.executable, "-m", "http.server", str(args.port), "--bind", "127.0.0.1",
+         "--directory", site])
+
+
+def clean(_args=None) -> None:
+    """Strip outputs, execution counts and non-essential metadata from book/*.ipynb in place."""
+    setup()
+    code = """
+import sys, nbformat
+for path in sys.argv[1:]:
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata = {k: v for k, v in nb.metadata.items() if k in ("kernelspec", "language_info")}
+    for cell in nb.cells:
+        cell.metadata = {k: v for k, v in cell.metadata.items() if k == "tags"}
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nbformat.write(nb, path)
+    print("cleaned", path)
+"""
+    paths = sorted(str(p) for p in (ROOT / "book").glob("*.ipynb"))
+    run([PY, "-c", code, *paths])
+
+
+def lab(_args=None) -> None:
+    setup()
+    run([BIN / "jupyter", "lab", "book"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("setup", help="create/update .venv").set_defaults(func=setup)
+    sub.add_parser("build", help="strict build of the HTML book").set_defaults(func=build)
+    p = sub.add_parser("test", help="run every test (builds the book first)")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra arguments for pytest")
+    p.set_defaults(func=test)
+    p = sub.add_parser("build-chapter", help="strict build of one chapter alone (for authors)")
+    p.add_argument("notebook", help="e.g. book/01_softmax.ipynb")
+    p.set_defaults(func=build_chapter)
+    sub.add_parser("student", help="write student notebooks to _build/student").set_defaults(func=student)
+    sub.add_parser("build-nosolutions", help="build the site without solutions").set_defaults(
+        func=build_nosolutions)
+    p = sub.add_parser("serve", help="serve the built site on 127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(func=serve)
+    sub.add_parser("clean", help="strip outputs and metadata from book/*.ipynb").set_defaults(func=clean)
+    sub.add_parser("lab", help="open the notebooks in JupyterLab").set_defaults(func=lab)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
