@@ -191,10 +191,9 @@ class Explorer:
                 display(fig)
                 plt.close(fig)
 
+        # interactive_output draws the initial state itself and redraws on every change.
         w.interactive_output(update, controls)
-        box = w.VBox([w.HBox(list(controls.values())), out])
-        update(**{n: c.value for n, c in self.controls.items()})
-        return box
+        return w.VBox([w.HBox(list(controls.values())), out])
 
 
 def _short(v: Any) -> str:

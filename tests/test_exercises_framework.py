@@ -1,0 +1,66 @@
+"""The exercise-check framework, through the template's worked example."""
+
+import pytest
+import torch
+
+from softmaxbook.exercises import (ExerciseCheckFailed, check, describe, exercise, expect_close,
+                                   registered)
+
+
+def normalise(w):
+    return w / w.sum(dim=-1, keepdim=True)
+
+
+def test_right_answer_passes_and_prints(capsys):
+    assert check("template-normalise", normalise) is True
+    assert "✓ Exercise template-normalise" in capsys.readouterr().out
+
+
+def test_stub_and_missing_answers_fail_helpfully():
+    def stub(w):
+        raise NotImplementedError("Exercise template-normalise: write the body of normalise")
+
+    with pytest.raises(ExerciseCheckFailed, match="still raises NotImplementedError"):
+        check("template-normalise", stub)
+    with pytest.raises(ExerciseCheckFailed, match=r"no answer yet: the value is still `...`"):
+        check("template-normalise", ...)
+    with pytest.raises(ExerciseCheckFailed, match="expected a function"):
+        check("template-normalise", 3)
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda w: w / w.sum(), r"for input w = \[\[1.0, 3.0\], \[2.0, 2.0\]\]"),       # no keepdim, wrong total
+    (lambda w: w.exp() / w.exp().sum(-1, keepdim=True), r"expected result"),     # a softmax
+    (lambda w: w.div_(w.sum(-1, keepdim=True)), "changed its input in place"),  # in place
+    (lambda w: w.sum(-1), "should have shape"),
+    (lambda w: 1 / 0, "your function raised ZeroDivisionError"),
+])
+def test_wrong_answers_fail_with_the_input(wrong, message):
+    with pytest.raises(ExerciseCheckFailed, match=message) as info:
+        check("template-normalise", wrong)
+    assert "Exercise template-normalise" in str(info.value)
+
+
+def test_message_shows_without_traceback_in_ipython():
+    err = ExerciseCheckFailed("Exercise x: nope")
+    assert err._render_traceback_() == ["\x1b[31m✗ Exercise x: nope\x1b[0m"]
+
+
+def test_unknown_labels_and_duplicates():
+    with pytest.raises(ValueError, match="'nosuch-thing' is not a known exercise"):
+        check("nosuch-thing", normalise)
+    with pytest.raises(TypeError, match="argument 'label' must be a str"):
+        check(3, normalise)
+    with pytest.raises(ValueError, match="registered twice"):
+        exercise("template-normalise", "again")(lambda a: None)
+    with pytest.raises(ValueError, match="must look like"):
+        exercise("nodash", "x")
+    assert "template-normalise" in registered("template")
+
+
+def test_expect_close_reports_nan_and_shape():
+    with pytest.raises(ExerciseCheckFailed, match="nan"):
+        expect_close(torch.tensor([float("nan")]), torch.tensor([1.0]), input_desc="x")
+    expect_close(torch.tensor([1.0, 2.0]), [1.0, 2.0 + 1e-9], input_desc="x")
+    assert describe(torch.arange(20.0)).startswith("tensor([0, 1, 2")
+    assert "shape (20,)" in describe(torch.arange(20.0))
