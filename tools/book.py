@@ -88,7 +88,7 @@ def _derived_config(path: Path, *, cache: Path | None = None, hide_solutions: bo
         marker = "  config:\n"
         if marker not in text:
             sys.exit("_config.yml has no 'sphinx: config:' section")
-        text = text.replace(marker, marker + "    hide_solutions: true\n", 1)
+        text = text.replace(marker, marker + "    book_hide_solutions: true\n", 1)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
@@ -104,7 +104,7 @@ def build(_args=None) -> None:
 
 
 def build_nosolutions(_args=None) -> None:
-    """The same site with every solution removed (sphinx-exercise's hide_solutions)."""
+    """The same site with every solution removed (book/_ext/solution_free.py)."""
     setup()
     target = BUILD / "nosolutions"
     config = _derived_config(BUILD / "nosolutions-config.yml", hide_solutions=True)
