@@ -148,7 +148,7 @@ def test(args=None) -> None:
     say("running the tests (package, exercises, notebooks via nbval, student notebooks, browser)")
     extra = list(getattr(args, "pytest_args", None) or [])
     run([PY, "-m", "pytest", "-n", "2", "--dist", "loadfile", "--nbval-lax", "-p", "no:cacheprovider",
-         "tests", "book", *extra])
+         "tests", "book", "tools/chapter_template.ipynb", *extra])
     say(f"tests passed in {time.time() - t0:.0f} s")
 
 
