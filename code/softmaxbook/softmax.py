@@ -1,0 +1,673 @@
+"""Numerically exact softmax, log-softmax and log-sum-exp, and the losses built on them.
+
+Conventions shared by every function here
+-----------------------------------------
+* Tensors of any shape; the categories run along ``dim`` (default: the last one).
+* ``-inf`` in the logits means "impossible": that category gets probability exactly 0 and
+  log-probability ``-inf``, and no gradient flows back into it (an impossible event stays
+  impossible under any small change of the other logits).
+* A slice along ``dim`` that is *entirely* ``-inf`` ("nothing is possible") is a documented
+  convention, not an error: ``logsumexp`` gives ``-inf``, ``softmax`` all zeros, ``log_softmax``
+  all ``-inf``, and every gradient (first and second derivative) through it is ``0``, never NaN.
+  PyTorch's own functions give NaN there (pytorch issue 31829, :cite:`pytorch31829`).
+* NaN or ``+inf`` in the logits, a temperature that is not a finite number > 0, an empty ``dim``,
+  and integer, boolean or complex tensors are rejected with a ``ValueError``/``TypeError`` that
+  names the argument.
+* ``float16`` and ``bfloat16`` inputs are computed in ``float32`` and returned in their own dtype;
+  ``float32`` and ``float64`` are computed in their own precision.
+
+Accuracy
+--------
+Float32 results compared with the exact value (``tests/test_softmax.py`` measures it in ulp,
+units in the last place, for logits up to 1e4 in size):
+
+* ``logsumexp``: within 2 ulp, also when the result is close to 0;
+* ``log_softmax``: within 4 ulp for rows of up to 1000 categories, including the
+  log-probability of a nearly certain class, where ``torch.log_softmax`` returns 0 (an error of
+  ~1e7 ulp). For very long rows (32000 categories) PyTorch's fused kernel adds up the
+  exponentials one vector lane at a time and its sum drifts: up to ~30 ulp;
+* ``softmax``: within 6 ulp for every probability above 1e-3; a tiny probability
+  ``p_i = exp(x_i - max) / ...`` also carries the float32 rounding of ``x_i - max``, which adds
+  up to ``|x_i - max| / 2`` ulp (this is how every float32 softmax behaves);
+* ``exact=True``: every entry within 1 ulp (float64 inside; several times slower).
+
+Two cases where the textbook "shift by the maximum" formula is *not* enough are repaired: the
+log-probability of a class that is almost certain (``log p = -log(1 + s)`` with ``s`` tiny) and a
+log-sum-exp close to zero. Both are handled as Blanchard, Higham and Higham (2021, Algorithm 2
+and eq. 3.3) suggest: drop the largest term, which is exactly ``exp(0) = 1`` after the shift, and
+use ``log1p`` of the rest.
+
+How it is fast
+--------------
+PyTorch's fused kernels (``torch.softmax``, ``torch.log_softmax``, ``torch.logsumexp``) already
+shift by the maximum and are hard to beat. Each function here calls the fused kernel first, then
+does one cheap reduction over its output to find (a) slices that were invalid or entirely
+``-inf`` (they come back as NaN) and (b) slices where the kernel's formula is known to lose
+relative accuracy. Only those slices are recomputed with the exact algorithm (:func:`_exact`),
+in float64. The benchmark ``benchmarks/bench_softmax.py`` reports the cost.
+
+References: Blanchard, Higham & Higham (2021), "Accurately computing the log-sum-exp and
+softmax functions", IMA J. Numer. Anal. 41(4) :cite:`blanchard2021`; Bridle (1990) for the
+name "softmax" :cite:`bridle1990`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from softmaxbook._validate import as_float_tensor, check_dim, check_no_nan, check_no_posinf, \
+    check_positive_number
+
+__all__ = [
+    "logsumexp",
+    "softmax",
+    "log_softmax",
+    "sigmoid",
+    "logit",
+    "cross_entropy",
+    "logistic_loss",
+]
+
+_LN2 = math.log(2.0)
+
+
+# --------------------------------------------------------------------------------------------
+# Argument handling shared by the public functions
+# --------------------------------------------------------------------------------------------
+
+def _working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float16/bfloat16 are computed in float32: their 8- and 11-bit significands cannot hold
+    the sum of many exponentials, and their exp overflows at 11 (float16)."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _exact_dtype(device: torch.device) -> torch.dtype:
+    # The slices we repair are recomputed in float64; MPS has no float64, so it uses float32
+    # (still with the log1p form, which is what fixes the large errors).
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def _check_x(x, dim, func: str) -> tuple[torch.Tensor, int]:
+    x = as_float_tensor(x, "x", func, allow_empty=True)
+    dim = check_dim(x, dim, "x", func)
+    return x, dim
+
+
+def _check_temperature(temperature, func: str) -> float:
+    if isinstance(temperature, torch.Tensor) and temperature.requires_grad:
+        raise TypeError(
+            f"{func}: argument 'temperature' must be a number, not a tensor that requires grad; "
+            "to learn a temperature, divide the logits yourself: "
+            f"{func}(x / temperature)"
+        )
+    return check_positive_number(temperature, "temperature", func)
+
+
+def _raise_for_bad_values(x: torch.Tensor, func: str) -> None:
+    """Called only when a fused kernel returned NaN: find out whether the input is to blame."""
+    check_no_nan(x, "x", func)
+    check_no_posinf(x, "x", func)
+
+
+def _bool_arg(value, name: str, func: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{func}: argument '{name}' must be a bool, got {type(value).__name__}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# The exact algorithm, applied to the slices the fast path cannot be trusted with
+# --------------------------------------------------------------------------------------------
+
+def _exact(rows: torch.Tensor, temperature: float = 1.0):
+    """Exact shifted log-sum-exp of each row of a 2-D tensor ``rows`` (categories last).
+
+    Returns ``(shift, d, s, k)``, the first three in the exact dtype (float64 on CPU/CUDA), such that
+
+    * ``logsumexp(rows / T) = shift + log1p(s)``,
+    * ``log_softmax(rows / T) = d - log1p(s)``,
+    * ``softmax(rows / T) = exp(d) / (1 + s)``.
+
+    ``d = (rows - max) / T``, ``k`` the index of one maximal entry, and ``s`` is the sum of ``exp(d)`` over every entry *except* one
+    maximal entry (Blanchard, Higham & Higham 2021, Algorithm 2). For a row that is entirely
+    ``-inf``: ``shift = -inf``, ``d = -inf``, ``s = 0``, which gives exactly the conventions above.
+    """
+    r = rows.to(_exact_dtype(rows.device))
+    m, k = r.max(dim=-1, keepdim=True)
+    # An all -inf row has max -inf; shifting by it would give -inf - (-inf) = NaN. Shift such
+    # rows by 0 instead: d stays -inf, every exp(d) is 0 and s = 0.
+    m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    # For float32 input this difference is exact in float64 (both operands have 24-bit
+    # significands and the exponent range is far from float64's limits); dividing by T after the
+    # shift, not before, keeps large logits from losing their low bits (x/T - max(x)/T would
+    # round each term separately).
+    d = r - m_safe
+    if temperature != 1.0:
+        d = d.div_(temperature)
+    e = d.exp()
+    # The maximal entry contributes exp(0) = 1 exactly. Leaving it out of the sum and adding it
+    # back with log1p keeps the digits of s when s is tiny (a near-certain class): log(1 + s)
+    # would round 1 + s to 1 and return 0. (Blanchard et al. 2021, eq. (3.3).)
+    e.scatter_(-1, k, 0.0)
+    s = e.sum(dim=-1, keepdim=True)
+    shift = m / temperature  # -inf for an all -inf row: logsumexp = -inf + log1p(0) = -inf
+    return shift, d, s, k
+
+
+def _repair(x: torch.Tensor, out: torch.Tensor, dim: int, rows: torch.Tensor, kind: str,
+            temperature: float = 1.0) -> None:
+    """Overwrite, in place, the slices of ``out`` selected by the boolean mask ``rows`` (shape of
+    ``x`` without ``dim``) with the exact values computed from ``x`` by :func:`_exact`.
+
+    ``kind`` is ``"softmax"``, ``"log_softmax"``, ``"log_softmax_top"`` (only the entry of the
+    largest logit is rewritten: the other entries of PyTorch's result are accurate) -- for these
+    ``out`` has the shape of ``x`` -- or ``"logsumexp"`` (``out`` has the shape of ``rows``). Works in chunks of about 4M entries so
+    that the float64 temporaries stay small even when every slice is repaired.
+    """
+    xv = x.movedim(dim, -1)  # views: writing into ov writes into out
+    ov = out if kind == "logsumexp" else out.movedim(dim, -1)
+    if xv.dim() == 1:  # a single slice: give it a batch dimension of size 1
+        xv, ov, rows = xv.unsqueeze(0), ov.unsqueeze(0), rows.reshape(1)
+    idx = rows.nonzero(as_tuple=True)
+    count = idx[0].numel()
+    chunk = max(1, (1 << 22) // xv.shape[-1])
+    for start in range(0, count, chunk):
+        sel = tuple(i[start:start + chunk] for i in idx)
+        shift, d, s, k = _exact(xv[sel], temperature)
+        if kind == "softmax":
+            ov[sel] = (d.exp() / (1.0 + s)).to(ov.dtype)
+        elif kind == "log_softmax":
+            ov[sel] = (d - torch.log1p(s)).to(ov.dtype)
+        elif kind == "log_softmax_top":
+            ov[sel + (k.squeeze(-1),)] = (-torch.log1p(s)).squeeze(-1).to(ov.dtype)
+        else:
+            ov[sel] = (shift + torch.log1p(s)).squeeze(-1).to(ov.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Forward computations (no autograd): fast fused kernel + targeted repair
+# --------------------------------------------------------------------------------------------
+
+def _softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
+                     exact: bool = False) -> torch.Tensor:
+    if temperature == 1.0:
+        z = x
+    else:
+        # Divide after shifting by the maximum (see _exact); the maximum of x/T is at the same
+        # place as the maximum of x because T > 0. An all -inf slice keeps its -inf (NaN below).
+        m = x.amax(dim=dim, keepdim=True)
+        m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+        z = (x - m).div_(temperature)
+    p = torch.softmax(z, dim=dim)
+    if x.numel() == 0:
+        return p
+    # The fused kernel sums the exponentials one vector lane at a time; for long rows that sum
+    # drifts by tens of ulp. Dividing by the (pairwise-summed) total of its own output repairs
+    # the common factor. The same reduction finds the invalid slices: they come back as NaN.
+    total = p.sum(dim=dim, keepdim=True)
+    nan_rows = torch.isnan(total)
+    if bool(nan_rows.any()):
+        _raise_for_bad_values(x, func)  # raises for NaN/+inf input; else they are all -inf
+    p.div_(torch.where(nan_rows, torch.ones_like(total), total))
+    rows = torch.ones_like(nan_rows) if exact else nan_rows
+    rows = rows.squeeze(dim)
+    if bool(rows.any()):
+        # All -inf slices (and every slice if exact=True) are recomputed exactly.
+        _repair(x, p, dim, rows, "softmax", temperature)
+    return p
+
+
+def _log_softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
+                         exact: bool = False) -> torch.Tensor:
+    if temperature == 1.0:
+        z = x
+    else:
+        m = x.amax(dim=dim, keepdim=True)
+        m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+        z = (x - m).div_(temperature)
+    ls = torch.log_softmax(z, dim=dim)
+    if x.numel() == 0:
+        return ls
+    top = ls.amax(dim=dim)
+    if bool(torch.isnan(top).any()):
+        _raise_for_bad_values(x, func)
+    # The fused kernel returns d - log(s) with s = 1 + (the other terms). When one class holds
+    # more than half of the mass (log p > -log 2), s < 2 and rounding 1 + tiny to float loses
+    # the digits of log p for that class: torch gives log p = 0 for p = 1 - 1e-9. Those slices,
+    # and the all -inf ones (NaN here), are recomputed exactly.
+    nan_rows = torch.isnan(top)
+    if exact or bool(nan_rows.any()):
+        rows = torch.ones_like(nan_rows) if exact else nan_rows
+        _repair(x, ls, dim, rows, "log_softmax", temperature)
+    # In the near-certain slices only the top entry, -log(s), is wrong: d_j - log(s) is accurate
+    # for the others (|d_j - log s| >= |d_j| and log s is accurate in absolute terms).
+    rows = (top > -_LN2) & ~nan_rows
+    if not exact and bool(rows.any()):
+        _repair(x, ls, dim, rows, "log_softmax_top", temperature)
+    return ls
+
+
+def _logsumexp_forward(x: torch.Tensor, dim: int, func: str, exact: bool = False) -> torch.Tensor:
+    lse = torch.logsumexp(x, dim=dim)
+    if x.numel() == 0:
+        return lse
+    if bool((torch.isnan(lse) | torch.isposinf(lse)).any()):
+        _raise_for_bad_values(x, func)
+    # lse = m + log(s) with s in [1, n]. Its relative accuracy is lost in two cases:
+    # (1) |lse| small while log(s) carries the digits (s = 1 + tiny rounds to 1), and
+    # (2) cancellation between m < 0 and log(s) > 0, e.g. m = -10, log s = 10.3.
+    # Condition number of the final addition: (|m| + |log s|) / |lse|. Repair when it exceeds 2
+    # or when |lse| < 1. The all -inf slices are already right (-inf) and are left alone.
+    m = x.amax(dim=dim)
+    finite = torch.isfinite(lse)
+    cond = (m.abs() + (lse - m).abs()) > 2.0 * lse.abs()
+    rows = finite & ((lse.abs() < 1.0) | cond)
+    if exact:
+        rows = torch.ones_like(rows)
+    if bool(rows.any()):
+        _repair(x, lse, dim, rows, "logsumexp")
+    return lse
+
+
+# --------------------------------------------------------------------------------------------
+# Autograd: custom Functions so that -inf slices have zero (not NaN) first and second derivatives
+# --------------------------------------------------------------------------------------------
+
+class _Softmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim, temperature, exact):
+        p = _softmax_forward(x, dim, temperature, "softmax", exact)
+        ctx.save_for_backward(p)
+        ctx.dim, ctx.temperature = dim, temperature
+        return p
+
+    @staticmethod
+    def backward(ctx, g):
+        (p,) = ctx.saved_tensors
+        # Jacobian-vector product of softmax: J = diag(p) - p p^T, so J^T g = p * (g - <g, p>).
+        # Where p = 0 (an impossible class, or an all -inf slice) the gradient is exactly 0.
+        # Written with differentiable ops on the saved *output*, so autograd can differentiate
+        # this backward again (second derivatives) through _Softmax once more.
+        gx = p * (g - (g * p).sum(dim=ctx.dim, keepdim=True))
+        if ctx.temperature != 1.0:
+            gx = gx / ctx.temperature
+        return gx, None, None, None
+
+
+class _LogSoftmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim, temperature, exact):
+        ls = _log_softmax_forward(x, dim, temperature, "log_softmax", exact)
+        ctx.save_for_backward(ls)
+        ctx.dim, ctx.temperature = dim, temperature
+        return ls
+
+    @staticmethod
+    def backward(ctx, g):
+        (ls,) = ctx.saved_tensors
+        # d log p_i / d z_j = [i = j] - p_j, so the vector-Jacobian product is g - p * sum(g).
+        # exp(-inf) = 0, so p needs no special case. Entries whose log-probability is -inf are
+        # impossible categories: by convention no gradient flows into them (the formula would
+        # pass g through unchanged, and for an all -inf slice that would not be 0).
+        p = ls.exp()
+        gx = g - p * g.sum(dim=ctx.dim, keepdim=True)
+        gx = torch.where(torch.isneginf(ls), torch.zeros_like(gx), gx)
+        if ctx.temperature != 1.0:
+            gx = gx / ctx.temperature
+        return gx, None, None, None
+
+
+class _LogSumExp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim, keepdim, exact):
+        lse = _logsumexp_forward(x, dim, "logsumexp", exact)
+        ctx.save_for_backward(x)
+        ctx.dim = dim
+        return lse.unsqueeze(dim) if keepdim else lse
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        g = g if g.dim() == x.dim() else g.unsqueeze(ctx.dim)
+        # The gradient of log-sum-exp is the softmax. Computing it with _Softmax (rather than
+        # exp(x - lse), which is exp(NaN) on an all -inf slice) gives 0 there, and makes the
+        # second derivative (the softmax Jacobian) available through _Softmax.backward.
+        return g * _Softmax.apply(x, ctx.dim, 1.0, False), None, None, None
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+def _to_working(x: torch.Tensor) -> torch.Tensor:
+    w = _working_dtype(x.dtype)
+    return x if x.dtype == w else x.to(w)
+
+
+def logsumexp(x: torch.Tensor, dim: int = -1, keepdim: bool = False, *,
+              exact: bool = False) -> torch.Tensor:
+    r"""Log-sum-exp :math:`\log \sum_j e^{x_j}` along ``dim``, without overflow.
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape ``(..., n, ...)``
+        Floating-point logits; ``n`` (the size of ``dim``) must be at least 1. ``-inf`` is
+        allowed (an impossible category), NaN and ``+inf`` are not.
+    dim : int
+        The dimension to reduce. Default: the last.
+    keepdim : bool
+        Keep ``dim`` as a dimension of size 1 in the result.
+    exact : bool
+        ``False`` (default): PyTorch's fused kernel, repaired where it fails (see the module
+        notes). ``True``: every slice by the exact algorithm in float64 (about 3-5 times
+        slower); use it for reference values.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape of ``x`` without ``dim`` (or with size 1 there if ``keepdim``), dtype of ``x``.
+        ``-inf`` for a slice that is entirely ``-inf``.
+
+    Notes
+    -----
+    Bounds: ``max(x) <= logsumexp(x) <= max(x) + log(n)``. The gradient is ``softmax(x)``
+    (zero on an all ``-inf`` slice, where PyTorch's gives NaN); second derivatives work.
+    Accuracy: within a few ulp of the exact value for any finite input, also when the result is
+    close to 0 (the ``log1p`` form of Blanchard, Higham & Higham 2021, eq. 3.3).
+
+    Examples
+    --------
+    >>> logsumexp(torch.tensor([1000.0, 999.0, 990.0]))
+    tensor(1000.3133)
+    >>> logsumexp(torch.tensor([-float("inf"), -float("inf")]))
+    tensor(-inf)
+    """
+    func = "logsumexp"
+    x, dim = _check_x(x, dim, func)
+    keepdim = _bool_arg(keepdim, "keepdim", func)
+    dtype = x.dtype
+    out = _LogSumExp.apply(_to_working(x), dim, keepdim, _bool_arg(exact, "exact", func))
+    return out if out.dtype == dtype else out.to(dtype)
+
+
+def softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0, *,
+            exact: bool = False) -> torch.Tensor:
+    r"""Softmax :math:`p_i = e^{x_i/T} / \sum_j e^{x_j/T}` along ``dim``, without overflow.
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape ``(..., n, ...)``
+        Floating-point logits. ``-inf`` means "impossible" (probability exactly 0); NaN and
+        ``+inf`` are rejected.
+    dim : int
+        The dimension holding the categories. Default: the last.
+    temperature : float
+        ``T > 0``, finite. ``T -> 0`` approaches the one-hot vector of the argmax (uniform over
+        ties), ``T -> inf`` the uniform distribution over the possible categories. A tensor that
+        requires grad is refused: to learn ``T``, call ``softmax(x / T)``.
+    exact : bool
+        ``False`` (default): PyTorch's fused kernel, repaired where it fails (see the module
+        notes). ``True``: every slice by the exact algorithm in float64 (about 3-5 times
+        slower); use it for reference values.
+
+    Returns
+    -------
+    torch.Tensor
+        Same shape and dtype as ``x``; non-negative, summing to 1 along ``dim`` (all zeros for a
+        slice that is entirely ``-inf``).
+
+    Notes
+    -----
+    Shift invariance: ``softmax(x + c) = softmax(x)`` for any constant ``c``, which is why the
+    maximum can be subtracted first (the constant is ``max(x)``, not ``max(exp(x))``).
+    Gradient: ``p * (g - <g, p>)``; zero into impossible categories and all ``-inf`` slices.
+    Reference: Bridle (1990); Blanchard, Higham & Higham (2021).
+
+    Examples
+    --------
+    >>> softmax(torch.tensor([1000.0, 999.0, 990.0]))
+    tensor([7.3103e-01, 2.6893e-01, 3.3189e-05])
+    """
+    func = "softmax"
+    x, dim = _check_x(x, dim, func)
+    temperature = _check_temperature(temperature, func)
+    dtype = x.dtype
+    out = _Softmax.apply(_to_working(x), dim, temperature, _bool_arg(exact, "exact", func))
+    return out if out.dtype == dtype else out.to(dtype)
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0, *,
+                exact: bool = False) -> torch.Tensor:
+    r"""Log-softmax :math:`\log p_i = x_i/T - \log \sum_j e^{x_j/T}` along ``dim``.
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape ``(..., n, ...)``
+        Floating-point logits (``-inf`` allowed, NaN and ``+inf`` rejected).
+    dim : int
+        The dimension holding the categories. Default: the last.
+    temperature : float
+        ``T > 0``, finite (see :func:`softmax`).
+    exact : bool
+        ``False`` (default): PyTorch's fused kernel, repaired where it fails (see the module
+        notes). ``True``: every slice by the exact algorithm in float64 (about 3-5 times
+        slower); use it for reference values.
+
+    Returns
+    -------
+    torch.Tensor
+        Same shape and dtype as ``x``; ``<= 0``, ``-inf`` exactly where ``x`` is ``-inf`` (and
+        everywhere on an all ``-inf`` slice).
+
+    Notes
+    -----
+    Unlike ``torch.log_softmax``, the log-probability of a nearly certain class keeps its
+    digits: for logits ``[0, -30]`` it returns ``-9.36e-14``, not ``0``. The gradient is
+    ``g - p * sum(g)``, set to 0 for the ``-inf`` entries (no gradient flows into an
+    impossible category). Reference: Blanchard, Higham & Higham (2021), Algorithm 2.
+
+    Examples
+    --------
+    >>> log_softmax(torch.tensor([0.0, -30.0]))
+    tensor([-9.3576e-14, -3.0000e+01])
+    """
+    func = "log_softmax"
+    x, dim = _check_x(x, dim, func)
+    temperature = _check_temperature(temperature, func)
+    dtype = x.dtype
+    out = _LogSoftmax.apply(_to_working(x), dim, temperature, _bool_arg(exact, "exact", func))
+    return out if out.dtype == dtype else out.to(dtype)
+
+
+def sigmoid(x: torch.Tensor) -> torch.Tensor:
+    r"""Logistic sigmoid :math:`\sigma(x) = 1 / (1 + e^{-x})`, elementwise.
+
+    The two-class softmax is a sigmoid of the difference of the logits:
+    ``softmax([a, b])[0] = sigmoid(a - b)``. :func:`logit` is its inverse.
+
+    Parameters
+    ----------
+    x : torch.Tensor, any shape
+        Floating-point; ``±inf`` are allowed (giving 1 and 0), NaN is not.
+
+    Returns
+    -------
+    torch.Tensor
+        Same shape and dtype, in ``[0, 1]``.
+    """
+    func = "sigmoid"
+    x = as_float_tensor(x, "x", func, allow_empty=True)
+    check_no_nan(x, "x", func)
+    # torch.sigmoid evaluates 1/(1+exp(-x)) for x >= 0 and exp(x)/(1+exp(x)) for x < 0, so
+    # neither branch overflows; float16/bfloat16 are computed in float32 internally.
+    return torch.sigmoid(x)
+
+
+def logit(p: torch.Tensor) -> torch.Tensor:
+    r"""Log-odds :math:`\operatorname{logit}(p) = \log\frac{p}{1-p}`, the inverse of :func:`sigmoid`.
+
+    Parameters
+    ----------
+    p : torch.Tensor, any shape
+        Probabilities in ``[0, 1]``; ``logit(0) = -inf`` and ``logit(1) = +inf``.
+
+    Returns
+    -------
+    torch.Tensor
+        Same shape and dtype as ``p``.
+
+    Notes
+    -----
+    Computed as ``log(p) - log1p(-p)``: for ``p`` near 0 this keeps all digits of ``log p``,
+    and ``log1p(-p)`` is exact to rounding where ``1 - p`` would cancel.
+    """
+    func = "logit"
+    p = as_float_tensor(p, "p", func, allow_empty=True)
+    check_no_nan(p, "p", func)
+    bad = (p < 0) | (p > 1)
+    if bool(bad.any()):
+        idx = bad.nonzero()[0].tolist()
+        raise ValueError(
+            f"{func}: argument 'p' must lie in [0, 1], got {p[tuple(idx)].item()} at index "
+            f"{tuple(idx) if len(idx) != 1 else idx[0]}"
+        )
+    w = _to_working(p)
+    return (torch.log(w) - torch.log1p(-w)).to(p.dtype)
+
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _check_reduction(reduction, func: str) -> str:
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{func}: argument 'reduction' must be one of {_REDUCTIONS}, "
+                         f"got {reduction!r}")
+    return reduction
+
+
+def _reduce(loss: torch.Tensor, reduction: str) -> torch.Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, dim: int = -1,
+                  reduction: str = "mean") -> torch.Tensor:
+    r"""Cross entropy :math:`-\sum_k y_k \log \operatorname{softmax}(z)_k`, the negative
+    log-likelihood of a categorical (multinomial with one draw) model.
+
+    Parameters
+    ----------
+    logits : torch.Tensor, shape ``(..., K, ...)``
+        Floating-point logits, categories along ``dim``; ``-inf`` means impossible.
+    target : torch.Tensor
+        Either integer class indices with the shape of ``logits`` without ``dim``, values in
+        ``[0, K)``; or floating-point probabilities with the shape of ``logits`` (non-negative;
+        they normally sum to 1 along ``dim``, which is not checked, so label smoothing works).
+    dim : int
+        The dimension of the categories. Default: the last.
+    reduction : {"mean", "sum", "none"}
+        How to combine the per-example losses (``"none"`` returns the shape without ``dim``).
+
+    Returns
+    -------
+    torch.Tensor
+        The loss, in nats. ``+inf`` if the target puts mass on an impossible (``-inf``) class.
+
+    Notes
+    -----
+    Built on :func:`log_softmax`, so it neither overflows nor rounds the loss of a confident,
+    correct prediction to 0. Terms with ``y_k = 0`` count as 0 even where ``log p_k = -inf``
+    (the convention ``0 log 0 = 0``). Reference: Bishop (2006), section 4.3.4.
+    """
+    func = "cross_entropy"
+    logits, dim = _check_x(logits, dim, func)
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"{func}: argument 'target' must be a torch.Tensor, got "
+                        f"{type(target).__name__}")
+    reduction = _check_reduction(reduction, func)
+    ls = log_softmax(logits, dim)
+    n_classes = logits.shape[dim]
+    if target.is_floating_point():
+        if target.shape != logits.shape:
+            raise ValueError(f"{func}: argument 'target' holds probabilities, so it must have the "
+                             f"shape of 'logits' {tuple(logits.shape)}, got {tuple(target.shape)}")
+        check_no_nan(target, "target", func)
+        if bool((target < 0).any()):
+            raise ValueError(f"{func}: argument 'target' holds probabilities and must be >= 0")
+        # 0 * log(0) = 0 * (-inf) would be NaN; by convention the term is 0.
+        terms = torch.where(target == 0, torch.zeros_like(ls), target.to(ls.dtype) * ls)
+        loss = -terms.sum(dim=dim)
+    elif not (target.dtype == torch.bool or target.is_complex()):
+        expected = logits.shape[:dim] + logits.shape[dim + 1:]
+        if target.shape != expected:
+            raise ValueError(f"{func}: argument 'target' holds class indices, so it must have shape "
+                             f"{tuple(expected)} (that of 'logits' without dim {dim}), "
+                             f"got {tuple(target.shape)}")
+        if target.numel() and bool(((target < 0) | (target >= n_classes)).any()):
+            raise ValueError(f"{func}: argument 'target' must hold class indices in "
+                             f"[0, {n_classes}), got values in [{int(target.min())}, "
+                             f"{int(target.max())}]")
+        loss = -ls.gather(dim, target.long().unsqueeze(dim)).squeeze(dim)
+    else:
+        raise TypeError(f"{func}: argument 'target' must hold integer class indices or "
+                        f"floating-point probabilities, got {target.dtype}")
+    return _reduce(loss, reduction)
+
+
+def logistic_loss(logits: torch.Tensor, target: torch.Tensor,
+                  reduction: str = "mean") -> torch.Tensor:
+    r"""Logistic loss (binary cross entropy on logits), the negative log-likelihood of a
+    Bernoulli model with :math:`P(y = 1) = \sigma(z)`:
+
+    .. math:: \ell(z, y) = -y \log \sigma(z) - (1 - y) \log(1 - \sigma(z))
+              = \operatorname{softplus}(z) - y z.
+
+    Parameters
+    ----------
+    logits : torch.Tensor, any shape
+        Floating-point logits ``z`` (finite).
+    target : torch.Tensor, same shape
+        Labels or probabilities ``y`` in ``[0, 1]`` (float, or integer/bool 0/1).
+    reduction : {"mean", "sum", "none"}
+
+    Returns
+    -------
+    torch.Tensor
+        The loss in nats, in the dtype of ``logits``.
+
+    Notes
+    -----
+    ``softplus(z) = max(z, 0) + log1p(exp(-|z|))``: the exponential never overflows, and for a
+    large ``|z|`` the loss of the right answer is ``exp(-|z|)`` to full relative precision,
+    not 0. With ``logits = a - b`` this equals the two-class :func:`cross_entropy`.
+    """
+    func = "logistic_loss"
+    z = as_float_tensor(logits, "logits", func, allow_empty=True)
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"{func}: argument 'target' must be a torch.Tensor, got "
+                        f"{type(target).__name__}")
+    if target.is_complex():
+        raise TypeError(f"{func}: argument 'target' must be real, got {target.dtype}")
+    if target.shape != z.shape:
+        raise ValueError(f"{func}: argument 'target' must have the shape of 'logits' "
+                         f"{tuple(z.shape)}, got {tuple(target.shape)}")
+    if bool(~torch.isfinite(z).all()):
+        from softmaxbook._validate import check_finite
+        check_finite(z, "logits", func)
+    y = target.to(_to_working(z).dtype)
+    check_no_nan(y, "target", func)
+    if bool(((y < 0) | (y > 1)).any()):
+        raise ValueError(f"{func}: argument 'target' must lie in [0, 1]")
+    w = _to_working(z)
+    # softplus(z) - y z with softplus(z) = max(z, 0) + log1p(exp(-|z|)): exp never sees a
+    # positive argument. The two large terms are combined first, so for a confident right answer
+    # (z = 40, y = 1) they cancel exactly and the loss keeps the digits of exp(-40).
+    loss = (w.clamp(min=0) - y * w) + torch.log1p(torch.exp(-w.abs()))
+    return _reduce(loss, reduction).to(z.dtype)

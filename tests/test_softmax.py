@@ -1,0 +1,550 @@
+"""Tests of softmaxbook.softmax.
+
+Accuracy is measured in ulp (units in the last place of float32 at the reference value) against
+a float64 reference written independently here (shift by the maximum, drop the maximal term,
+log1p), itself checked against 50-digit mpmath. There are no samplers in this module, so there are
+no statistical tests; every check is deterministic.
+"""
+
+from __future__ import annotations
+
+import doctest
+import math
+import runpy
+from pathlib import Path
+
+import mpmath
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import softmaxbook.softmax as sm
+from softmaxbook.softmax import (
+    cross_entropy,
+    log_softmax,
+    logistic_loss,
+    logit,
+    logsumexp,
+    sigmoid,
+    softmax,
+)
+
+INF = math.inf
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------------------
+# An independent float64 reference and an ulp measure
+# ------------------------------------------------------------------------------------------------
+
+def reference(x: torch.Tensor):
+    """(logsumexp, softmax, log_softmax) of float32 ``x`` along the last dim, in float64.
+
+    x - max is exact in float64 for float32 x, and the sum leaves out the maximal term (which is
+    exactly 1) so that log1p keeps the digits of a tiny remainder."""
+    x = x.double()
+    m = x.max(-1, keepdim=True).values
+    d = x - m
+    e = d.exp()
+    top = d.argmax(-1, keepdim=True)
+    rest = e.scatter(-1, top, 0.0).sum(-1, keepdim=True)
+    lse = (m + torch.log1p(rest)).squeeze(-1)
+    return lse, e / (1.0 + rest), d - torch.log1p(rest)
+
+
+def ulp_error(got: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """|got - ref| in units of the float32 spacing at ref (elementwise, float64)."""
+    r32 = ref.float().abs()
+    spacing = (torch.nextafter(r32, torch.tensor(INF)) - r32).double()
+    err = (got.double() - ref).abs()
+    same = got.double() == ref  # covers equal infinities
+    return torch.where(same, torch.zeros_like(err), err / spacing)
+
+
+def mp_logsumexp(values):
+    mpmath.mp.dps = 50
+    return mpmath.log(mpmath.fsum(mpmath.exp(mpmath.mpf(v)) for v in values))
+
+
+def test_reference_agrees_with_mpmath():
+    x = torch.tensor([[0.0, -30.0, -31.5], [1000.0, 999.0, 990.0], [-5.0, 3.25, 3.0]])
+    lse, p, ls = reference(x)
+    for i, row in enumerate(x.tolist()):
+        exact = mp_logsumexp(row)
+        assert abs(float(exact) - lse[i].item()) <= 1e-15 * max(1.0, abs(float(exact)))
+        for j, v in enumerate(row):
+            lp = mpmath.mpf(v) - exact
+            assert float(abs((ls[i, j].item() - lp) / lp)) < 1e-14
+            assert float(abs((p[i, j].item() - mpmath.exp(lp)) / mpmath.exp(lp))) < 1e-14
+
+
+# ------------------------------------------------------------------------------------------------
+# Exact values
+# ------------------------------------------------------------------------------------------------
+
+def test_large_logits_do_not_overflow():
+    x = torch.tensor([1000.0, 999.0, 990.0])
+    assert torch.isnan(torch.exp(x) / torch.exp(x).sum()).all()  # the naive formula fails
+    z = 1.0 + math.exp(-1.0) + math.exp(-10.0)
+    assert logsumexp(x).item() == pytest.approx(1000.0 + math.log(z), rel=1e-7)
+    expected = torch.tensor([1.0, math.exp(-1.0), math.exp(-10.0)]) / z
+    torch.testing.assert_close(softmax(x), expected, rtol=2e-7, atol=0)
+    torch.testing.assert_close(log_softmax(x), x - 1000.0 - math.log(z), rtol=1e-7, atol=0)
+
+
+def test_near_certain_class_keeps_its_digits():
+    x = torch.tensor([0.0, -30.0])
+    expected = -math.log1p(math.exp(-30.0))  # -9.357622968840175e-14
+    assert torch.log_softmax(x, -1)[0].item() == 0.0  # PyTorch rounds it away
+    assert log_softmax(x)[0].item() == pytest.approx(expected, rel=1e-7)
+    assert logsumexp(x).item() == pytest.approx(-expected, rel=1e-7)
+    assert cross_entropy(x[None], torch.tensor([0])).item() == pytest.approx(-expected, rel=1e-7)
+
+
+def test_logsumexp_cancellation_near_zero():
+    # max = -10 and log(sum) = 10 + 1e-4 almost cancel: the result is small and must be relative
+    x = torch.full((22027,), -10.0)
+    ref = mp_logsumexp([-10.0] * 22027)
+    assert logsumexp(x).item() == pytest.approx(float(ref), rel=4e-7)
+
+
+def test_uniform_and_one_hot_limits_of_temperature():
+    x = torch.tensor([1.0, 3.0, 2.0, 3.0])
+    torch.testing.assert_close(softmax(x, temperature=1e6), torch.full((4,), 0.25), rtol=1e-5,
+                               atol=0)
+    torch.testing.assert_close(softmax(x, temperature=1e-3), torch.tensor([0.0, 0.5, 0.0, 0.5]))
+    torch.testing.assert_close(softmax(x, temperature=2.0), torch.softmax(x / 2.0, -1))
+    torch.testing.assert_close(log_softmax(x, temperature=0.5), torch.log_softmax(x / 0.5, -1))
+
+
+def test_temperature_divides_after_the_shift():
+    # x/T rounded separately loses the low bits of large logits; (x - max)/T does not
+    x = torch.tensor([10000.0, 9999.0009765625])  # exactly representable, 0.9990234375 apart
+    p = softmax(x, temperature=3.0)
+    assert p[1].item() == pytest.approx(1.0 / (1.0 + math.exp(0.9990234375 / 3.0)), rel=1e-6)
+
+
+def test_max_le_logsumexp_le_max_plus_log_n():
+    x = 5.0 * torch.randn(200, 17, generator=gen(1))
+    lse, m = logsumexp(x), x.amax(-1)
+    assert (m <= lse).all() and (lse <= m + math.log(17) + 1e-5).all()
+    ties = torch.zeros(17)
+    assert logsumexp(ties).item() == pytest.approx(math.log(17), rel=1e-7)  # upper bound attained
+
+
+def test_two_class_softmax_is_sigmoid_of_difference_and_logit_inverts_it():
+    a, b = torch.randn(1000, generator=gen(2)), torch.randn(1000, generator=gen(3))
+    p = softmax(torch.stack([a, b], -1))[:, 0]
+    torch.testing.assert_close(p, sigmoid(a - b), rtol=2e-6, atol=0)
+    z = (a - b).double()  # the round trip is ill-conditioned near p = 0 or 1; test it in float64
+    torch.testing.assert_close(logit(sigmoid(z)), z, rtol=1e-12, atol=1e-14)
+    assert logit(torch.tensor([0.0, 1.0])).tolist() == [-INF, INF]
+    assert logit(torch.tensor(1e-30)).item() == pytest.approx(math.log(1e-30), rel=1e-7)
+
+
+def test_argmax_needs_no_exponential():
+    x = 50.0 * torch.randn(300, 9, generator=gen(4))
+    assert torch.equal(softmax(x).argmax(-1), x.argmax(-1))
+
+
+# ------------------------------------------------------------------------------------------------
+# Accuracy in ulp against the reference
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("scale", [1.0, 10.0, 100.0, 1e3, 1e4])
+@pytest.mark.parametrize("n", [2, 10, 1000])
+def test_float32_accuracy_in_ulp(scale, n):
+    x = (scale * torch.randn(64, n, generator=gen(n))).float()
+    x[:16, 0] = x[:16].amax(-1) + 25.0  # near-certain rows: the case PyTorch gets wrong
+    lse, p, ls = reference(x)
+    d = (x.double() - x.double().amax(-1, keepdim=True)).abs()
+    # logsumexp and log_softmax: a few ulp everywhere
+    assert ulp_error(logsumexp(x), lse).max() <= 2.0
+    assert ulp_error(log_softmax(x), ls).max() <= 4.0
+    # softmax: a few ulp where the probability is not negligible; elsewhere the float32 rounding
+    # of x_i - max (an error of |x_i - max| * 2^-24, magnified by exp) adds |x_i - max|/2 ulp.
+    assert (ulp_error(softmax(x), p) <= 6.0 + d).all()
+    # exact=True: the float64 algorithm, correctly rounded up to a fraction of an ulp
+    assert ulp_error(softmax(x, exact=True), p).max() <= 1.0
+    assert ulp_error(log_softmax(x, exact=True), ls).max() <= 1.0
+    assert ulp_error(logsumexp(x, exact=True), lse).max() <= 1.0
+
+
+def test_pytorch_log_softmax_is_not_accurate_where_ours_is():
+    # The test above could not fail if the reference were as blind as the code: show that it
+    # catches PyTorch's error on the same kind of input.
+    x = torch.randn(64, 10, generator=gen(5))
+    x[:, 0] = x.amax(-1) + 25.0
+    _, _, ls = reference(x)
+    assert ulp_error(torch.log_softmax(x, -1), ls).max() > 1e6
+    assert ulp_error(log_softmax(x), ls).max() <= 1.0
+
+
+def test_long_rows_accuracy():
+    # 32000 classes (a vocabulary): PyTorch's fused sum drifts; softmax is renormalised
+    x = 3.0 * torch.randn(8, 32000, generator=gen(6))
+    lse, p, ls = reference(x)
+    d = (x.double() - x.double().amax(-1, keepdim=True)).abs()
+    err = ulp_error(softmax(x), p)
+    assert err[p > 1e-3].max() <= 6.0 and (err <= 6.0 + d).all()
+    assert ulp_error(logsumexp(x), lse).max() <= 2.0
+    assert ulp_error(log_softmax(x), ls).max() <= 32.0  # see the module notes: torch's row sum
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_computed_in_float32(dtype):
+    x = (8.0 * torch.randn(50, 300, generator=gen(7))).to(dtype)
+    for f in (softmax, log_softmax, logsumexp):
+        out = f(x)
+        assert out.dtype == dtype
+        torch.testing.assert_close(out, f(x.float()).to(dtype), rtol=0, atol=0)
+    # float16 exp overflows at 11.1: a float16 computation would give inf/NaN here
+    assert torch.isfinite(logsumexp(torch.tensor([12.0, 11.0], dtype=torch.float16)))
+
+
+def test_float64_input_stays_float64():
+    x = torch.randn(5, 7, dtype=torch.float64, generator=gen(8))
+    assert softmax(x).dtype == torch.float64
+    torch.testing.assert_close(log_softmax(x), torch.log_softmax(x, -1), rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -2])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_any_dim(dim, keepdim):
+    x = 4.0 * torch.randn(3, 4, 5, generator=gen(9))
+    x[1, 2, 3] = -INF
+    torch.testing.assert_close(softmax(x, dim), torch.softmax(x, dim))
+    torch.testing.assert_close(log_softmax(x, dim), torch.log_softmax(x, dim))
+    torch.testing.assert_close(logsumexp(x, dim, keepdim), torch.logsumexp(x, dim, keepdim))
+    # non-contiguous input, and repairs through views
+    xt = x.transpose(0, 2)
+    torch.testing.assert_close(softmax(xt, dim, exact=True), torch.softmax(xt, dim))
+    torch.testing.assert_close(log_softmax(xt, dim, exact=True), torch.log_softmax(xt, dim))
+    torch.testing.assert_close(logsumexp(xt, dim, keepdim, exact=True),
+                               torch.logsumexp(xt, dim, keepdim))
+
+
+def test_empty_batch_is_fine():
+    x = torch.empty(0, 5)
+    assert softmax(x).shape == (0, 5) and logsumexp(x).shape == (0,)
+
+
+# ------------------------------------------------------------------------------------------------
+# -inf: impossible entries and all -inf slices
+# ------------------------------------------------------------------------------------------------
+
+def test_masked_entries_are_impossible():
+    x = torch.tensor([[1.0, -INF, 2.0], [-INF, -INF, 0.5]])
+    p, ls = softmax(x), log_softmax(x)
+    assert p[0, 1].item() == 0.0 and ls[0, 1].item() == -INF
+    assert p[1].tolist() == [0.0, 0.0, 1.0] and ls[1].tolist() == [-INF, -INF, 0.0]
+    torch.testing.assert_close(p[0, [0, 2]], torch.softmax(torch.tensor([1.0, 2.0]), -1))
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_all_neg_inf_slice_convention(exact):
+    x = torch.tensor([[-INF, -INF, -INF], [0.0, 1.0, -INF]])
+    assert logsumexp(x, exact=exact)[0].item() == -INF
+    assert softmax(x, exact=exact)[0].tolist() == [0.0, 0.0, 0.0]
+    assert log_softmax(x, exact=exact)[0].tolist() == [-INF] * 3
+    assert softmax(x, temperature=0.3, exact=exact)[0].tolist() == [0.0, 0.0, 0.0]
+    assert log_softmax(x, temperature=3.0, exact=exact)[0].tolist() == [-INF] * 3
+    torch.testing.assert_close(softmax(x, exact=exact)[1], torch.softmax(x[1], -1))
+
+
+def _grads(f, x, order):
+    x = x.clone().requires_grad_(True)
+    w = torch.arange(1.0, x.shape[-1] + 1)
+    y = f(x)
+    y = torch.where(torch.isfinite(y), y, torch.zeros_like(y))  # a finite scalar to differentiate
+    (g,) = torch.autograd.grad((y * (w if y.dim() == x.dim() else 1.0)).sum(), x,
+                               create_graph=True)
+    if order == 1:
+        return g
+    (h,) = torch.autograd.grad((g * w).sum(), x)
+    return h
+
+
+@pytest.mark.parametrize("f", [logsumexp, softmax, log_softmax,
+                               lambda x: softmax(x, temperature=0.5),
+                               lambda x: log_softmax(x, temperature=2.0)])
+@pytest.mark.parametrize("order", [1, 2])
+def test_all_neg_inf_gradients_are_zero_not_nan(f, order):
+    x = torch.tensor([[-INF, -INF, -INF], [0.3, -INF, 1.2]])
+    g = _grads(f, x, order)
+    assert torch.isfinite(g).all()
+    assert g[0].tolist() == [0.0, 0.0, 0.0]
+    assert g[1, 1].item() == 0.0  # nothing flows into an impossible entry
+
+
+def test_pytorch_gives_nan_gradient_on_all_neg_inf():
+    # the behaviour the convention above fixes (pytorch issue 31829): keeps that test honest
+    x = torch.full((3,), -INF, requires_grad=True)
+    torch.logsumexp(x, 0).backward()
+    assert torch.isnan(x.grad).all()
+
+
+def test_gradient_at_finite_entries_with_masking_matches_unmasked():
+    x = torch.tensor([0.3, -INF, 1.2, -0.7], dtype=torch.float64)
+    keep = [0, 2, 3]
+    for f, tf in [(logsumexp, lambda v: torch.logsumexp(v, 0)),
+                  (lambda v: softmax(v)[0], lambda v: torch.softmax(v, 0)[0]),
+                  (lambda v: log_softmax(v)[2], lambda v: torch.log_softmax(v, 0)[1])]:
+        a = x.clone().requires_grad_(True)
+        f(a).backward()
+        b = x[keep].clone().requires_grad_(True)
+        tf(b).backward()
+        torch.testing.assert_close(a.grad[keep], b.grad)
+
+
+# ------------------------------------------------------------------------------------------------
+# Gradients against finite differences (float64)
+# ------------------------------------------------------------------------------------------------
+
+CASES = [
+    ("logsumexp", lambda x: logsumexp(x)),
+    ("logsumexp dim0 keepdim", lambda x: logsumexp(x, 0, True)),
+    ("softmax", lambda x: softmax(x)),
+    ("softmax T", lambda x: softmax(x, 0, temperature=0.7)),
+    ("log_softmax", lambda x: log_softmax(x)),
+    ("log_softmax T", lambda x: log_softmax(x, temperature=3.0)),
+    ("cross_entropy", lambda x: cross_entropy(x, torch.tensor([0, 3, 1]))),
+    ("logistic_loss", lambda x: logistic_loss(x, torch.ones_like(x) * 0.3)),
+]
+
+
+@pytest.mark.parametrize("name,f", CASES, ids=[c[0] for c in CASES])
+def test_gradcheck_and_gradgradcheck(name, f):
+    x = (2.0 * torch.randn(3, 4, dtype=torch.float64, generator=gen(10))).requires_grad_(True)
+    assert torch.autograd.gradcheck(f, (x,))
+    assert torch.autograd.gradgradcheck(f, (x,))
+
+
+def test_gradient_of_logsumexp_is_softmax():
+    x = (3.0 * torch.randn(6, 5, generator=gen(11))).requires_grad_(True)
+    logsumexp(x).sum().backward()
+    torch.testing.assert_close(x.grad, softmax(x.detach()))
+
+
+def test_hessian_of_logsumexp_is_softmax_jacobian():
+    x = torch.randn(5, dtype=torch.float64, generator=gen(12))
+    h = torch.autograd.functional.hessian(logsumexp, x)
+    p = softmax(x)
+    torch.testing.assert_close(h, torch.diag(p) - torch.outer(p, p))
+
+
+def test_gradcheck_with_extreme_logits():
+    x = torch.tensor([[1e4, 1e4 - 3.0, -1e4, 1e4 - 0.5]], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v: log_softmax(v), (x,))
+    assert torch.autograd.gradcheck(lambda v: softmax(v), (x,))
+
+
+# ------------------------------------------------------------------------------------------------
+# Hypothesis: properties at extreme inputs
+# ------------------------------------------------------------------------------------------------
+
+logit_value = st.one_of(
+    st.floats(-1e4, 1e4, width=32),
+    st.floats(width=32, allow_nan=False, allow_infinity=False),
+    st.just(-INF),
+    st.sampled_from([0.0, -0.0, 1e-45, -1e-45, 88.7, -103.9]),
+)
+rows = st.lists(logit_value, min_size=1, max_size=12)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows)
+def test_properties_at_extreme_inputs(values):
+    x = torch.tensor(values, dtype=torch.float32)
+    p, ls, lse = softmax(x), log_softmax(x), logsumexp(x)
+    assert not torch.isnan(p).any() and not torch.isnan(ls).any() and not torch.isnan(lse)
+    if torch.isneginf(x).all():
+        assert lse.item() == -INF and (p == 0).all() and torch.isneginf(ls).all()
+        return
+    assert (p >= 0).all() and (p <= 1).all()
+    assert abs(p.double().sum().item() - 1.0) <= len(values) * 2.4e-7
+    assert (ls <= 0).all()
+    m = x.max().item()
+    assert m <= lse.item() <= m + math.log(len(values)) * (1 + 1e-6) + 1e-6 * abs(m)
+    assert (p[torch.isneginf(x)] == 0).all() and torch.isneginf(ls[torch.isneginf(x)]).all()
+    # agreement with the float64 reference (an absolute-or-relative test that holds at any scale)
+    ref_lse, ref_p, ref_ls = reference(x[None])
+    assert ulp_error(lse, ref_lse[0]).item() <= 2.0
+    assert (p.double() - ref_p[0]).abs().max().item() <= 1e-6
+    fin = torch.isfinite(ls) & torch.isfinite(ref_ls[0])
+    assert (ulp_error(ls[fin], ref_ls[0][fin]) <= 4.0).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows, st.floats(-1e4, 1e4, width=32))
+def test_shift_invariance(values, c):
+    x = torch.tensor(values, dtype=torch.float64)
+    assert torch.equal(torch.isneginf(softmax(x + c)), torch.isneginf(softmax(x)))
+    if torch.isfinite(x).any() and x[torch.isfinite(x)].abs().max() < 1e5:
+        torch.testing.assert_close(softmax(x + c), softmax(x), rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(-50, 50), min_size=1, max_size=8), st.floats(1e-3, 1e3))
+def test_temperature_is_a_scaling(values, t):
+    x = torch.tensor(values, dtype=torch.float64)
+    torch.testing.assert_close(softmax(x, temperature=t), softmax(x / t), rtol=1e-9, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------
+# Losses
+# ------------------------------------------------------------------------------------------------
+
+def test_cross_entropy_matches_pytorch_and_handles_masks():
+    z = 3.0 * torch.randn(20, 6, generator=gen(13))
+    y = torch.randint(0, 6, (20,), generator=gen(14))
+    torch.testing.assert_close(cross_entropy(z, y), F.cross_entropy(z, y))
+    torch.testing.assert_close(cross_entropy(z, y, reduction="none"),
+                               F.cross_entropy(z, y, reduction="none"))
+    q = softmax(torch.randn(20, 6, generator=gen(15)))
+    torch.testing.assert_close(cross_entropy(z, q, reduction="sum"),
+                               F.cross_entropy(z, q, reduction="sum"))
+    # class dim not last
+    torch.testing.assert_close(cross_entropy(z.T, y, dim=0), F.cross_entropy(z, y))
+    masked = torch.tensor([[0.0, -INF, 1.0]])
+    assert cross_entropy(masked, torch.tensor([[0.5, 0.0, 0.5]])).isfinite()  # 0 * log 0 = 0
+    assert cross_entropy(masked, torch.tensor([1])).item() == INF  # an impossible label
+    assert F.cross_entropy(masked, torch.tensor([[0.5, 0.0, 0.5]])).isnan()  # PyTorch: NaN
+
+
+def test_logistic_loss_is_two_class_cross_entropy():
+    a, b = torch.randn(50, generator=gen(16)), torch.randn(50, generator=gen(17))
+    y = (torch.rand(50, generator=gen(18)) < 0.5).long()
+    two = cross_entropy(torch.stack([b, a], -1), y)  # class 1 has logit a
+    torch.testing.assert_close(logistic_loss(a - b, y), two, rtol=1e-6, atol=0)
+    torch.testing.assert_close(logistic_loss(a, y.float()),
+                               F.binary_cross_entropy_with_logits(a, y.float()))
+    big = torch.tensor([40.0, -40.0])
+    loss = logistic_loss(big, torch.tensor([1.0, 0.0]), reduction="none")
+    torch.testing.assert_close(loss, torch.full((2,), math.exp(-40.0)), rtol=1e-6, atol=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input: one test per kind, each asserting the message
+# ------------------------------------------------------------------------------------------------
+
+FUNCS = [softmax, log_softmax, logsumexp]
+NAMES = ["softmax", "log_softmax", "logsumexp"]
+
+
+@pytest.mark.parametrize("f", FUNCS, ids=NAMES)
+def test_nan_input_is_rejected(f):
+    with pytest.raises(ValueError, match=r"argument 'x' contains NaN \(first at index \(1, 2\)\)"):
+        f(torch.tensor([[0.0, 1.0, 2.0], [0.0, 1.0, math.nan]]))
+
+
+@pytest.mark.parametrize("f", FUNCS, ids=NAMES)
+def test_posinf_input_is_rejected(f):
+    with pytest.raises(ValueError, match=r"^" + f.__name__ + r": argument 'x' contains \+inf"):
+        f(torch.tensor([0.0, INF, -INF]))
+
+
+@pytest.mark.parametrize("f", [softmax, log_softmax], ids=NAMES[:2])
+@pytest.mark.parametrize("t,err,msg", [
+    (0.0, ValueError, "must be > 0, got 0.0"),
+    (-1.0, ValueError, "must be > 0, got -1.0"),
+    (INF, ValueError, "must be finite"),
+    (math.nan, ValueError, "must be finite"),
+    ("hot", TypeError, "must be a number, got str"),
+    (torch.tensor([1.0, 2.0]), TypeError, "must be a number, got a tensor"),
+    (torch.tensor(2.0, requires_grad=True), TypeError, "must be a number, not a tensor that"),
+])
+def test_bad_temperature_is_rejected(f, t, err, msg):
+    with pytest.raises(err, match=r"argument 'temperature' " + msg):
+        f(torch.zeros(3), temperature=t)
+
+
+@pytest.mark.parametrize("f", FUNCS, ids=NAMES)
+def test_empty_dim_is_rejected(f):
+    with pytest.raises(ValueError, match="argument 'x' has an empty dimension 1"):
+        f(torch.empty(3, 0))
+
+
+@pytest.mark.parametrize("f", FUNCS, ids=NAMES)
+def test_scalar_is_rejected(f):
+    with pytest.raises(ValueError, match="argument 'x' is a 0-d tensor"):
+        f(torch.tensor(1.0))
+
+
+@pytest.mark.parametrize("f", FUNCS, ids=NAMES)
+@pytest.mark.parametrize("x", [torch.tensor([1, 2, 3]), torch.tensor([True, False]),
+                               torch.tensor([1 + 1j])], ids=["int", "bool", "complex"])
+def test_non_float_tensor_is_rejected(f, x):
+    with pytest.raises(TypeError, match="argument 'x' must have a floating-point dtype"):
+        f(x)
+
+
+@pytest.mark.parametrize("f", FUNCS, ids=NAMES)
+def test_non_tensor_is_rejected(f):
+    with pytest.raises(TypeError, match="argument 'x' must be a torch.Tensor, got list"):
+        f([1.0, 2.0])
+
+
+@pytest.mark.parametrize("f", FUNCS, ids=NAMES)
+def test_bad_dim_is_rejected(f):
+    with pytest.raises(ValueError, match="argument 'dim'=2 is out of range"):
+        f(torch.zeros(2, 3), 2)
+    with pytest.raises(TypeError, match="argument 'dim' must be an int, got float"):
+        f(torch.zeros(2, 3), 1.0)
+
+
+def test_bad_flags_are_rejected():
+    with pytest.raises(TypeError, match="logsumexp: argument 'keepdim' must be a bool"):
+        logsumexp(torch.zeros(3), keepdim=1)
+    with pytest.raises(TypeError, match="softmax: argument 'exact' must be a bool"):
+        softmax(torch.zeros(3), exact="yes")
+
+
+def test_bad_probabilities_for_logit_are_rejected():
+    with pytest.raises(ValueError, match=r"logit: argument 'p' must lie in \[0, 1\], got 1.5"):
+        logit(torch.tensor([0.5, 1.5]))
+    with pytest.raises(ValueError, match="logit: argument 'p' contains NaN"):
+        logit(torch.tensor([math.nan]))
+    with pytest.raises(ValueError, match="sigmoid: argument 'x' contains NaN"):
+        sigmoid(torch.tensor([math.nan]))
+
+
+def test_bad_targets_are_rejected():
+    z = torch.zeros(4, 3)
+    with pytest.raises(ValueError, match=r"argument 'target' must hold class indices in \[0, 3\)"):
+        cross_entropy(z, torch.tensor([0, 1, 2, 3]))
+    with pytest.raises(ValueError, match=r"must have shape \(4,\)"):
+        cross_entropy(z, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="must have the shape of 'logits'"):
+        cross_entropy(z, torch.zeros(4, 2))
+    with pytest.raises(ValueError, match="must be >= 0"):
+        cross_entropy(z, torch.full((4, 3), -0.1))
+    with pytest.raises(TypeError, match="must hold integer class indices or floating-point"):
+        cross_entropy(z, torch.ones(4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="argument 'reduction' must be one of"):
+        cross_entropy(z, torch.tensor([0, 1, 2, 0]), reduction="avg")
+    with pytest.raises(ValueError, match=r"logistic_loss: argument 'target' must lie in \[0, 1\]"):
+        logistic_loss(torch.zeros(2), torch.tensor([0.0, 2.0]))
+    with pytest.raises(ValueError, match="logistic_loss: argument 'logits' contains an infinite"):
+        logistic_loss(torch.tensor([INF]), torch.tensor([1.0]))
+
+
+# ------------------------------------------------------------------------------------------------
+# The docstring examples and the benchmark script stay runnable
+# ------------------------------------------------------------------------------------------------
+
+def test_docstring_examples():
+    result = doctest.testmod(sm, extraglobs={"torch": torch})
+    assert result.attempted >= 4 and result.failed == 0
+
+
+def test_benchmark_quick_runs():
+    ns = runpy.run_path(str(ROOT / "benchmarks" / "bench_softmax.py"))
+    rows = ns["main"](["--quick"])
+    assert len(rows) == 7 and all(r[3] > 0 for r in rows)
