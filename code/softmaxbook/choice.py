@@ -1,0 +1,903 @@
+"""Learning from choices: a Rescorla–Wagner learner with a softmax choice rule.
+
+The model (the "delta rule" bandit of Rescorla & Wagner 1972, as in hBayesDM's
+``bandit2arm_delta``, Ahn et al. 2017, and Wilson & Collins 2019, model 3):
+
+* two options, numbered 0 and 1; ``V[t, k]`` is the learner's value of option ``k`` *before*
+  the outcome of trial ``t`` (all values start at ``initial_value``, 0 by default);
+* the choice on trial ``t`` is drawn from a softmax over the values before trial ``t``'s outcome::
+
+      p_t = P(c_t = 1) = exp(β V[t,1]) / (exp(β V[t,0]) + exp(β V[t,1])) = σ(β ΔV_t),
+      ΔV_t = V[t,1] − V[t,0];
+
+* then the chosen option's value moves towards the reward, the other one is left alone::
+
+      V[t+1, c_t] = V[t, c_t] + α (r_t − V[t, c_t]),      V[t+1, 1−c_t] = V[t, 1−c_t].
+
+This is the *causal* timing convention: ``p_t`` uses ``V[t]``, which does not yet contain ``r_t``
+(the choice is made before the outcome is seen), so the model can simulate choices.
+
+The log-likelihood of one participant is a binary cross entropy with ``y_t = c_t``::
+
+      ℓ(α, β) = Σ_t [ y_t log p_t + (1 − y_t) log(1 − p_t) ],
+
+and its gradient is (sensitivity recursion, ``D[t, k] = ∂V[t, k]/∂α``)::
+
+      ∂ℓ/∂β = Σ_t (y_t − p_t) ΔV_t,
+      ∂ℓ/∂α = Σ_t β (y_t − p_t) (D[t, 1] − D[t, 0]),
+      D[0, k] = 0,  D[t+1, c_t] = r_t − V[t, c_t] + (1 − α) D[t, c_t],  D[t+1, 1−c_t] = D[t, 1−c_t].
+
+The unchosen option's sensitivity is carried forward unchanged: it is not reset to 0.
+
+Shapes: ``S`` participants (leading dimension) and ``T`` trials. Parameters ``alpha`` and
+``beta`` are ``[S]``; ``choices`` and ``rewards`` are ``[S, T]``.
+
+Two simpler models are included as alternatives for model recovery (Wilson & Collins 2019,
+models 1 and 2): a biased random chooser and a noisy win-stay/lose-shift.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from softmaxbook._validate import (
+    as_float_tensor,
+    check_generator,
+    check_int,
+    check_no_nan,
+    check_positive_number,
+)
+
+__all__ = [
+    "simulate_bandit",
+    "rw_values",
+    "rw_log_likelihood",
+    "rw_gradient",
+    "fit_rw",
+    "RWFit",
+    "simulate_wsls",
+    "wsls_log_likelihood",
+    "fit_wsls",
+    "simulate_biased",
+    "fit_biased",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# argument checks
+# --------------------------------------------------------------------------------------------
+
+
+def _check_rate(x, name: str, func: str):
+    """A [S] tensor of numbers in [0, 1] (learning rates, lapse rates, biases)."""
+    x = as_float_tensor(x, name, func)
+    if x.dim() != 1:
+        raise ValueError(
+            f"{func}: argument '{name}' must have shape [S] (one value per participant), "
+            f"got shape {tuple(x.shape)}"
+        )
+    check_no_nan(x, name, func)
+    bad = (x < 0) | (x > 1)
+    if bool(bad.any()):
+        raise ValueError(f"{func}: argument '{name}' must lie in [0, 1], got {x[bad][0].item()}")
+    return x
+
+
+def _check_params(alpha, beta, func: str):
+    alpha = _check_rate(alpha, "alpha", func)
+    beta = as_float_tensor(beta, "beta", func)
+    if beta.dim() != 1:
+        raise ValueError(
+            f"{func}: argument 'beta' must have shape [S] (one value per participant), "
+            f"got shape {tuple(beta.shape)}"
+        )
+    check_no_nan(beta, "beta", func)
+    if alpha.shape != beta.shape:
+        raise ValueError(
+            f"{func}: arguments 'alpha' and 'beta' must have the same shape [S], got "
+            f"{tuple(alpha.shape)} and {tuple(beta.shape)}"
+        )
+    if alpha.device != beta.device:
+        raise ValueError(
+            f"{func}: arguments 'alpha' and 'beta' are on different devices "
+            f"({alpha.device} and {beta.device})"
+        )
+    if bool((beta < 0).any()):
+        raise ValueError(f"{func}: argument 'beta' must be >= 0, got {beta[beta < 0][0].item()}")
+    if bool(torch.isinf(beta).any()):
+        raise ValueError(f"{func}: argument 'beta' must be finite, got inf")
+    return alpha, beta
+
+
+def _check_data(choices, rewards, func: str, *, S: int | None = None, device=None):
+    """Validate choices [S, T] in {0, 1} and rewards [S, T] (finite floats)."""
+    if not isinstance(choices, torch.Tensor):
+        raise TypeError(
+            f"{func}: argument 'choices' must be a torch.Tensor, got {type(choices).__name__}"
+        )
+    if choices.is_complex():
+        raise TypeError(f"{func}: argument 'choices' must be real, got {choices.dtype}")
+    if choices.dim() != 2 or choices.numel() == 0:
+        raise ValueError(
+            f"{func}: argument 'choices' must have shape [S, T] with S, T >= 1, "
+            f"got shape {tuple(choices.shape)}"
+        )
+    if choices.is_floating_point():
+        check_no_nan(choices, "choices", func)
+    bad = (choices != 0) & (choices != 1)
+    if bool(bad.any()):
+        raise ValueError(
+            f"{func}: argument 'choices' must contain only 0 and 1 (the option chosen), got "
+            f"{choices[bad][0].item()}"
+        )
+    rewards = as_float_tensor(rewards, "rewards", func)
+    if rewards.shape != choices.shape:
+        raise ValueError(
+            f"{func}: arguments 'choices' and 'rewards' must have the same shape [S, T], got "
+            f"{tuple(choices.shape)} and {tuple(rewards.shape)}"
+        )
+    check_no_nan(rewards, "rewards", func)
+    if bool(torch.isinf(rewards).any()):
+        raise ValueError(f"{func}: argument 'rewards' must be finite, got an infinite value")
+    if S is not None and choices.shape[0] != S:
+        raise ValueError(
+            f"{func}: 'choices' has {choices.shape[0]} participants (rows) but the parameters "
+            f"have {S}"
+        )
+    if device is not None and (choices.device != device or rewards.device != device):
+        raise ValueError(
+            f"{func}: arguments 'choices' and 'rewards' must be on the parameters' device "
+            f"{device}, got {choices.device} and {rewards.device}"
+        )
+    if choices.device != rewards.device:
+        raise ValueError(
+            f"{func}: arguments 'choices' and 'rewards' are on different devices "
+            f"({choices.device} and {rewards.device})"
+        )
+    return choices, rewards
+
+
+def _check_initial_value(initial_value, func: str) -> float:
+    if isinstance(initial_value, torch.Tensor) and initial_value.numel() == 1:
+        initial_value = initial_value.item()
+    if isinstance(initial_value, bool) or not isinstance(initial_value, (int, float)):
+        raise TypeError(
+            f"{func}: argument 'initial_value' must be a number, got {type(initial_value).__name__}"
+        )
+    if not math.isfinite(initial_value):
+        raise ValueError(f"{func}: argument 'initial_value' must be finite, got {initial_value}")
+    return float(initial_value)
+
+
+def _check_reward_probs(reward_probs, S: int, n_trials: int, func: str, device) -> torch.Tensor:
+    """Return reward probabilities broadcast to [T, S, 2] (trial-major, for the simulation loop)."""
+    reward_probs = as_float_tensor(reward_probs, "reward_probs", func)
+    check_no_nan(reward_probs, "reward_probs", func)
+    if reward_probs.shape not in ((2,), (S, 2), (S, n_trials, 2)):
+        raise ValueError(
+            f"{func}: argument 'reward_probs' must have shape [2], [S, 2] or [S, T, 2] "
+            f"(S={S}, T={n_trials}), got {tuple(reward_probs.shape)}"
+        )
+    if bool(((reward_probs < 0) | (reward_probs > 1)).any()):
+        raise ValueError(f"{func}: argument 'reward_probs' must lie in [0, 1]")
+    if reward_probs.device != device:
+        raise ValueError(
+            f"{func}: argument 'reward_probs' is on {reward_probs.device} but the parameters "
+            f"are on {device}"
+        )
+    if reward_probs.dim() == 1:
+        return reward_probs.expand(n_trials, S, 2)
+    if reward_probs.dim() == 2:
+        return reward_probs.unsqueeze(0).expand(n_trials, S, 2)
+    return reward_probs.transpose(0, 1)
+
+
+def _work_dtype(*dtypes) -> torch.dtype:
+    """At least float32: sums over hundreds of trials in float16/bfloat16 lose too much."""
+    dtype = dtypes[0]
+    for d in dtypes[1:]:
+        dtype = torch.promote_types(dtype, d)
+    return torch.promote_types(dtype, torch.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# simulation
+# --------------------------------------------------------------------------------------------
+
+
+def simulate_bandit(alpha, beta, reward_probs, n_trials, generator=None, *, initial_value=0.0):
+    """Simulate Rescorla–Wagner learners with a softmax choice rule on a two-armed bandit.
+
+    On trial ``t`` each learner chooses option 1 with probability ``σ(β (V[t,1] − V[t,0]))``
+    from its values *before* the trial's outcome, receives a Bernoulli reward with probability
+    ``reward_probs[..., c_t]``, then updates the chosen option's value by the delta rule.
+
+    Parameters
+    ----------
+    alpha, beta : Tensor [S]
+        Learning rates in [0, 1] and inverse temperatures >= 0, one per participant.
+    reward_probs : Tensor [2], [S, 2] or [S, T, 2]
+        Probability that each option pays 1 (same for everyone, per participant, or per trial,
+        e.g. for a reversal task).
+    n_trials : int
+        Number of trials ``T``.
+    generator : torch.Generator, optional
+        Source of randomness (on the parameters' device).
+    initial_value : float
+        Value of both options before the first trial (default 0, as hBayesDM).
+
+    Returns
+    -------
+    choices : Tensor [S, T], int64
+        The option chosen on each trial (0 or 1).
+    rewards : Tensor [S, T], dtype of ``alpha``/``beta``
+        The reward received (0 or 1).
+
+    References
+    ----------
+    Wilson & Collins (2019), Box 1 (simulate before fitting); Ahn et al. (2017), bandit2arm_delta.
+    """
+    func = "simulate_bandit"
+    alpha, beta = _check_params(alpha, beta, func)
+    n_trials = check_int(n_trials, "n_trials", func, minimum=1)
+    initial_value = _check_initial_value(initial_value, func)
+    check_generator(generator, alpha.device, func)
+    S = alpha.shape[0]
+    out_dtype = torch.promote_types(alpha.dtype, beta.dtype)
+    dtype = _work_dtype(out_dtype)
+    probs = _check_reward_probs(reward_probs, S, n_trials, func, alpha.device).to(dtype)
+    a, b = alpha.to(dtype), beta.to(dtype)
+    u = torch.rand((2, n_trials, S), generator=generator, device=alpha.device, dtype=dtype)
+    V = torch.full((S, 2), initial_value, device=alpha.device, dtype=dtype)
+    choices = torch.empty((n_trials, S), device=alpha.device, dtype=torch.long)
+    rewards = torch.empty((n_trials, S), device=alpha.device, dtype=dtype)
+    rows = torch.arange(S, device=alpha.device)
+    for t in range(n_trials):
+        p1 = torch.sigmoid(b * (V[:, 1] - V[:, 0]))  # values before trial t's outcome
+        c = (u[0, t] < p1).long()
+        r = (u[1, t] < probs[t, rows, c]).to(dtype)
+        V[rows, c] += a * (r - V[rows, c])
+        choices[t], rewards[t] = c, r
+    return choices.T.contiguous(), rewards.T.contiguous().to(out_dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# values, likelihood, gradient
+# --------------------------------------------------------------------------------------------
+
+
+def rw_values(alpha, choices, rewards, *, initial_value=0.0):
+    """The learner's values before each trial.
+
+    Parameters
+    ----------
+    alpha : Tensor [S]
+        Learning rates in [0, 1].
+    choices : Tensor [S, T]
+        Options chosen (0 or 1; any integer, bool or float dtype).
+    rewards : Tensor [S, T]
+        Rewards received (any finite real numbers).
+    initial_value : float
+        Value of both options before trial 0.
+
+    Returns
+    -------
+    Tensor [S, T, 2]
+        ``V[s, t, k]``: value of option ``k`` before trial ``t``'s outcome, so ``V[:, 0]`` is the
+        initial value and trial ``t``'s reward first appears in ``V[:, t + 1]``. Differentiable
+        in ``alpha`` by autograd.
+
+    References
+    ----------
+    Rescorla & Wagner (1972); Sutton & Barto (2018), eq. 2.3 (constant step size).
+    """
+    func = "rw_values"
+    alpha = _check_rate(alpha, "alpha", func)
+    choices, rewards = _check_data(choices, rewards, func, S=alpha.shape[0], device=alpha.device)
+    initial_value = _check_initial_value(initial_value, func)
+    return _values(alpha, choices, rewards, initial_value)
+
+
+def _values(alpha, choices, rewards, initial_value):
+    dtype = _work_dtype(alpha.dtype, rewards.dtype)
+    S, T = choices.shape
+    onehot = F.one_hot(choices.long(), 2).to(dtype)  # [S, T, 2]
+    r = rewards.to(dtype).unsqueeze(-1)
+    a = alpha.to(dtype).unsqueeze(-1)
+    V = torch.full((S, 2), initial_value, dtype=dtype, device=alpha.device)
+    out = []
+    for t in range(T):
+        out.append(V)
+        # only the chosen option moves (onehot masks the other one)
+        V = V + a * onehot[:, t] * (r[:, t] - V)
+    return torch.stack(out, dim=1).to(torch.promote_types(alpha.dtype, rewards.dtype))
+
+
+def rw_log_likelihood(alpha, beta, choices, rewards, *, initial_value=0.0):
+    """Log-likelihood of each participant's choices under the Rescorla–Wagner softmax model.
+
+    ``ℓ = Σ_t y_t log p_t + (1 − y_t) log(1 − p_t)`` with ``y_t = choices[:, t]`` and
+    ``p_t = σ(β (V[t,1] − V[t,0]))``: the negative binary cross entropy. Computed as
+    ``Σ_t log σ((2 y_t − 1) β ΔV_t)``, which never takes the log of a rounded 0.
+
+    Parameters
+    ----------
+    alpha, beta : Tensor [S]
+    choices, rewards : Tensor [S, T]
+    initial_value : float
+
+    Returns
+    -------
+    Tensor [S]
+        Differentiable in ``alpha`` and ``beta`` by autograd (used to check :func:`rw_gradient`).
+
+    References
+    ----------
+    Daw (2011), section 2; Wilson & Collins (2019), Box 3.
+    """
+    func = "rw_log_likelihood"
+    alpha, beta = _check_params(alpha, beta, func)
+    choices, rewards = _check_data(choices, rewards, func, S=alpha.shape[0], device=alpha.device)
+    initial_value = _check_initial_value(initial_value, func)
+    V = _values(alpha, choices, rewards, initial_value)
+    dtype = _work_dtype(V.dtype, beta.dtype)
+    eta = beta.to(dtype).unsqueeze(-1) * (V[..., 1] - V[..., 0]).to(dtype)  # logit of p_t
+    sign = 2 * choices.to(dtype) - 1
+    # log σ(±η) is exact for any η; log(sigmoid(η)) underflows to log 0 = −inf for η < −745
+    ll = F.logsigmoid(sign * eta).sum(-1)
+    return ll.to(torch.promote_types(torch.promote_types(alpha.dtype, beta.dtype), rewards.dtype))
+
+
+def _derivatives(alpha, beta, y, r, initial_value, order, onehot=None):
+    """ℓ and its derivatives in (α, β) by forward sensitivities, for N independent learners.
+
+    alpha, beta : [N]; y, r : [T, N] (trial-major, so each trial's slice is contiguous);
+    onehot : optional [T, 2, N] one-hot of the chosen option (built from y when not given).
+    order 0: ℓ; 1: also (ℓ_α, ℓ_β); 2: also (ℓ_αα, ℓ_αβ, ℓ_ββ). No autograd: plain recursions.
+
+    The loop over trials only propagates the values V, their sensitivities D = ∂V/∂α and
+    (order 2) F = ½ ∂²V/∂α²; these do not depend on β, so everything else is vectorised over
+    trials after the loop. Sums over trials are matrix–vector products (much faster than a
+    strided reduction over the leading dimension).
+    """
+    T, N = y.shape
+    dev, dtype = alpha.device, alpha.dtype
+    M = torch.stack((1 - y, y), dim=1) if onehot is None else onehot  # [T, 2, N]
+    n_state = 1 + min(order, 2)
+    # buf[t, 0] = V[t], buf[t, 1] = D[t], buf[t, 2] = F[t]; each [2 options, N]
+    buf = torch.empty((T + 1, n_state, 2, N), device=dev, dtype=dtype)
+    buf[0, 0] = initial_value
+    buf[0, 1:] = 0.0  # V[0] does not depend on α
+    # unbind once: indexing buf[t, k] inside the loop costs more than the arithmetic
+    rows = [row.unbind(0) for row in buf.unbind(0)]
+    for m, r_t, (V, *sens), nxt in zip(M.unbind(0), r.unbind(0), rows[:-1], rows[1:]):
+        pe = r_t - V  # prediction error of both options; only the chosen one is used
+        if order >= 2:
+            # F = ½ ∂²V/∂α²: from V' = V + m α (r − V), F' = F − m (D + α F)
+            D, Fh = sens
+            torch.addcmul(Fh, m, torch.addcmul(D, alpha, Fh), value=-1, out=nxt[2])
+        if order >= 1:
+            # D' = D + m (r − V − α D): the unchosen option (m = 0) keeps its sensitivity
+            D = sens[0]
+            torch.addcmul(D, m, torch.addcmul(pe, alpha, D, value=-1), out=nxt[1])
+        torch.addcmul(V, m, alpha * pe, out=nxt[0])
+    X = buf[:T, :, 1] - buf[:T, :, 0]  # [T, n_state, N]: ΔV_t, ∂ΔV_t/∂α, ½ ∂²ΔV_t/∂α²
+    dV = X[:, 0]
+    eta = beta * dV  # logit of p_t
+    ones = torch.ones(T, device=dev, dtype=dtype)
+    # log σ(z) = −relu(−z) − log(1 + e^{−|z|}) with z = ±η, exact for any η (log(sigmoid(η))
+    # would give log 0 for η < −745). Σ_t log(1 + e_t) is taken as the log of a product: each
+    # factor is in [1, 2], so the product of T ≤ 1000 factors cannot overflow, and one log per
+    # learner replaces T (log1p is the most expensive operation here).
+    one_plus = 1 + torch.exp(-eta.abs())
+    z = (1 - 2 * y) * eta  # −z above
+    if T <= 1000:
+        ll = -(ones @ torch.relu(z)) - torch.log(one_plus.prod(0))
+    else:
+        ll = -(ones @ (torch.relu(z) + torch.log(one_plus)))
+    if order == 0:
+        return ll
+    p = torch.sigmoid(eta)
+    res = y - p  # ∂ℓ_t/∂η_t
+    G = ones @ (res.unsqueeze(1) * X).reshape(T, -1)  # Σ_t res_t X_t, [n_state · N]
+    g_a = beta * G[N:2 * N]  # η_α = β ∂ΔV/∂α
+    g_b = G[:N]  # η_β = ΔV
+    if order == 1:
+        return ll, (g_a, g_b)
+    dD = X[:, 1]
+    w = p - p * p  # p (1 − p) = −∂²ℓ_t/∂η_t²
+    wdD = w * dD
+    S = ones @ torch.stack((wdD * dD, wdD * dV, w * dV * dV), 1).reshape(T, -1)
+    S_dd, S_dv, S_vv = S[:N], S[N:2 * N], S[2 * N:]
+    # H = −Σ w ∇η ∇ηᵀ + Σ (y − p) ∇²η with η_αα = β ∂²ΔV/∂α² = 2 β ΔF, η_αβ = ∂ΔV/∂α, η_ββ = 0
+    h_aa = beta * (2 * G[2 * N:] - beta * S_dd)
+    h_ab = G[N:2 * N] - beta * S_dv
+    h_bb = -S_vv
+    return ll, (g_a, g_b), (h_aa, h_ab, h_bb)
+
+
+def rw_gradient(alpha, beta, choices, rewards, *, initial_value=0.0):
+    """Analytic gradient of :func:`rw_log_likelihood` by the sensitivity recursion (no autograd).
+
+    ``∂ℓ/∂β = Σ_t (y_t − p_t) ΔV_t`` and ``∂ℓ/∂α = Σ_t β (y_t − p_t) (D[t,1] − D[t,0])`` with
+    ``D[t,k] = ∂V[t,k]/∂α`` from ``D[0] = 0``, ``D[t+1,c_t] = r_t − V[t,c_t] + (1−α) D[t,c_t]``
+    and the unchosen option's ``D`` carried forward unchanged (SOURCE-ERRATA 6: setting it to 0
+    gives a wrong gradient).
+
+    Parameters
+    ----------
+    alpha, beta : Tensor [S]
+    choices, rewards : Tensor [S, T]
+    initial_value : float
+
+    Returns
+    -------
+    (Tensor [S], Tensor [S])
+        ``∂ℓ/∂α`` and ``∂ℓ/∂β`` per participant, in the parameters' dtype (computed in at
+        least float32). Not differentiable (plain recursion under ``torch.no_grad``).
+
+    References
+    ----------
+    The forward-mode ("real-time recurrent learning") sensitivity recursion, Williams & Zipser
+    (1989); for this model see the corrected derivation in the chapter "Learning from choices".
+    """
+    func = "rw_gradient"
+    alpha, beta = _check_params(alpha, beta, func)
+    choices, rewards = _check_data(choices, rewards, func, S=alpha.shape[0], device=alpha.device)
+    initial_value = _check_initial_value(initial_value, func)
+    out = torch.promote_types(torch.promote_types(alpha.dtype, beta.dtype), rewards.dtype)
+    dtype = _work_dtype(out)
+    with torch.no_grad():
+        _, (g_a, g_b) = _derivatives(
+            alpha.detach().to(dtype), beta.detach().to(dtype), choices.T.to(dtype),
+            rewards.T.to(dtype), initial_value, order=1,
+        )
+    return g_a.to(out), g_b.to(out)
+
+
+# --------------------------------------------------------------------------------------------
+# fitting
+# --------------------------------------------------------------------------------------------
+
+
+class RWFit(NamedTuple):
+    """Result of :func:`fit_rw`, one entry per participant (best start)."""
+
+    alpha: torch.Tensor  #: [S] maximum-likelihood learning rate
+    beta: torch.Tensor  #: [S] maximum-likelihood inverse temperature
+    log_likelihood: torch.Tensor  #: [S] ℓ at the estimate
+    converged: torch.Tensor  #: [S] bool, the best start met the convergence test
+    start_log_likelihoods: torch.Tensor  #: [S, K] ℓ reached from each start
+    n_iter: int  #: iterations until the last start converged
+
+
+# Box on the unconstrained parameters a = logit α, b = log β: α in [3e-7, 1 − 3e-7] and
+# β in [2e-9, beta_max]. Some participants' likelihood keeps rising as β → ∞ (every choice
+# predictable, the supremum is not attained); the upper bound on β stops them there.
+_A_MAX, _B_MIN = 15.0, -20.0
+
+
+def _draw_starts(S, K, generator, device, dtype):
+    u = torch.rand((S, K, 2), generator=generator, device=device, dtype=dtype)
+    alpha0 = 0.05 + 0.9 * u[..., 0]
+    beta0 = torch.exp(math.log(0.5) + (math.log(20.0) - math.log(0.5)) * u[..., 1])
+    return torch.stack((alpha0, beta0), dim=-1)
+
+
+def fit_rw(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_max=100.0,
+           max_iter=100, gtol=1e-6, initial_value=0.0):
+    """Maximum-likelihood α and β for every participant at once, from several starting points.
+
+    Method. Each (participant, start) pair is an independent 2-parameter problem, so all of them
+    are optimised together as one batch: one pass over the trials computes, for every pair, ℓ,
+    its gradient and its exact Hessian by forward sensitivities (``∂V/∂α`` and ``∂²V/∂α²``).
+    The optimiser is Newton's method with Levenberg–Marquardt damping in the unconstrained
+    coordinates ``a = logit α``, ``b = log β``. Why Newton rather than L-BFGS or projected
+    gradient: with two parameters the exact Hessian costs only one extra recursion and a 2×2
+    solve, Newton converges quadratically near the optimum (so the optimum agrees with a
+    per-participant SciPy fit to ~1e-9), and every iteration needs exactly one pass over the
+    trials, where a batched line search would need a varying number per participant. Where
+    the Hessian is not negative definite (far from the optimum) the step uses the Fisher
+    (Gauss–Newton) matrix ``Σ_t p_t (1−p_t) ∇η_t ∇η_tᵀ``, which always is; a step that lowers ℓ
+    is rejected and retried with more damping, so ℓ never decreases. Converged pairs leave the
+    batch. Finally the start with the largest ℓ is kept per participant.
+
+    Parameters
+    ----------
+    choices, rewards : Tensor [S, T]
+        The data (choices in {0, 1}).
+    n_starts : int
+        Random starting points per participant (``α ~ U(0.05, 0.95)``, ``log β ~ U(log 0.5,
+        log 20)``), ignored when ``starts`` is given.
+    generator : torch.Generator, optional
+        Source of the random starts.
+    starts : Tensor [S, K, 2], optional
+        Explicit starting points ``(α, β)`` (α in (0, 1), β > 0).
+    max_iter : int
+        Iteration limit.
+    gtol : float
+        A pair has converged when the largest gradient component in (a, b) is below ``gtol``
+        times ``(1 + |ℓ|)``, or when an accepted step changes ℓ by less than 1e-13 (1 + |ℓ|).
+    initial_value : float
+        Value of both options before trial 0.
+
+    Returns
+    -------
+    RWFit
+        ``alpha, beta, log_likelihood, converged`` ([S] each, in the rewards' dtype),
+        ``start_log_likelihoods`` [S, K] and ``n_iter``. The optimisation itself runs in float64.
+
+    References
+    ----------
+    Wilson & Collins (2019), rule 5 ("fit with restarts"); Daw (2011); Nocedal & Wright (2006),
+    ch. 4 and 10 (Levenberg–Marquardt).
+    """
+    func = "fit_rw"
+    choices, rewards = _check_data(choices, rewards, func)
+    initial_value = _check_initial_value(initial_value, func)
+    max_iter = check_int(max_iter, "max_iter", func, minimum=1)
+    beta_max = check_positive_number(beta_max, "beta_max", func)
+    if beta_max <= math.exp(_B_MIN):
+        raise ValueError(f"{func}: argument 'beta_max' must be > {math.exp(_B_MIN):.3g}, "
+                         f"got {beta_max}")
+    if isinstance(gtol, bool) or not isinstance(gtol, (int, float)) or not gtol > 0:
+        raise ValueError(f"{func}: argument 'gtol' must be a number > 0, got {gtol!r}")
+    device = choices.device
+    dtype = torch.float64  # a well-defined optimum for comparisons; see the docstring
+    S, T = choices.shape
+    if starts is None:
+        K = check_int(n_starts, "n_starts", func, minimum=1)
+        check_generator(generator, device, func)
+        starts = _draw_starts(S, K, generator, device, dtype)
+    else:
+        starts = as_float_tensor(starts, "starts", func)
+        if starts.dim() != 3 or starts.shape[0] != S or starts.shape[2] != 2 or starts.shape[1] < 1:
+            raise ValueError(
+                f"{func}: argument 'starts' must have shape [S, K, 2] with S={S}, got "
+                f"{tuple(starts.shape)}"
+            )
+        check_no_nan(starts, "starts", func)
+        if not bool(((starts[..., 0] > 0) & (starts[..., 0] < 1) & (starts[..., 1] > 0)).all()):
+            raise ValueError(f"{func}: argument 'starts' needs 0 < alpha < 1 and beta > 0")
+        if bool(torch.isinf(starts).any()):
+            raise ValueError(f"{func}: argument 'starts' must be finite")
+        starts = starts.to(device=device, dtype=dtype)
+        K = starts.shape[1]
+
+    with torch.no_grad():
+        theta, ll, conv, n_iter = _newton(
+            choices, rewards, starts.reshape(S * K, 2), K, initial_value, max_iter, gtol,
+            beta_max,
+        )
+    ll_sk = ll.reshape(S, K)
+    best = torch.nan_to_num(ll_sk, nan=-math.inf).argmax(dim=1)
+    rows = torch.arange(S, device=device)
+    theta = theta.reshape(S, K, 2)[rows, best]
+    out = rewards.dtype
+    return RWFit(
+        alpha=torch.sigmoid(theta[:, 0]).to(out),
+        beta=torch.exp(theta[:, 1]).to(out),
+        log_likelihood=ll_sk[rows, best].to(out),
+        converged=conv.reshape(S, K)[rows, best],
+        start_log_likelihoods=ll_sk.to(out),
+        n_iter=n_iter,
+    )
+
+
+def _unconstrained(ll, g, h, theta):
+    """Gradient and Hessian of ℓ in θ = (logit α, log β) from those in (α, β)."""
+    alpha, beta = torch.sigmoid(theta[:, 0]), torch.exp(theta[:, 1])
+    da = alpha * (1 - alpha)  # dα/da
+    d2a = da * (1 - 2 * alpha)  # d²α/da²
+    g_a, g_b = g[0] * da, g[1] * beta  # dβ/db = d²β/db² = β
+    h_aa = h[0] * da**2 + g[0] * d2a
+    h_ab = h[1] * da * beta
+    h_bb = h[2] * beta**2 + g[1] * beta
+    return ll, torch.stack((g_a, g_b), -1), torch.stack((h_aa, h_ab, h_bb), -1)
+
+
+def _projected(theta, g, lo, hi):
+    """Gradient with the components that push against the box set to 0, and that mask."""
+    fixed = ((theta >= hi) & (g > 0)) | ((theta <= lo) & (g < 0))
+    return g.masked_fill(fixed, 0.0), fixed
+
+
+def _step(g, h, radius, fixed):
+    """Saddle-free Newton step δ = |H|⁻¹ g, shortened to the trust radius.
+
+    ``|H|`` is the Hessian with its eigenvalues replaced by their absolute values (floored at
+    1e-10 of the largest): where −H is positive definite this is exactly Newton's step; where
+    H is indefinite (far from the optimum) it still goes uphill, and, unlike the Fisher
+    (Gauss–Newton) matrix, it does not overstate the curvature near a saddle. ``g`` is the
+    projected gradient; a coordinate held at the box (``fixed``) gets no step.
+    Returns the step and whether it was shortened. Dauphin et al. (2014); Nocedal & Wright
+    (2006), ch. 4 and 6.3.
+    """
+    # with a coordinate held at the box, solve for the free one alone: drop the cross term
+    h_ab = h[:, 1].masked_fill(fixed.any(-1), 0.0)
+    H = torch.stack((h[:, 0], h_ab, h_ab, h[:, 2]), -1).reshape(-1, 2, 2)
+    evals, evecs = torch.linalg.eigh(H)
+    absval = evals.abs()
+    absval = torch.maximum(absval, 1e-10 * absval.amax(-1, keepdim=True) + 1e-300)
+    coords = (evecs.transpose(-1, -2) @ g.unsqueeze(-1)).squeeze(-1) / absval
+    step = (evecs @ coords.unsqueeze(-1)).squeeze(-1)
+    step = step.masked_fill(fixed, 0.0)
+    norm = step.norm(dim=-1)
+    short = norm > radius
+    step = step * torch.where(short, radius / norm, torch.ones_like(norm)).unsqueeze(-1)
+    return step, short
+
+
+def _newton(choices, rewards, theta0_ab, K, initial_value, max_iter, gtol, beta_max):
+    """Batched trust-region Newton on N = S·K independent problems; returns θ, ℓ, converged, it.
+
+    Each problem keeps its own trust radius (in θ = (logit α, log β) units): a step that lowers
+    ℓ is rejected and the radius shrinks to a quarter of that step; a full-length accepted step
+    quadruples it (up to 4). Problems that have converged leave the batch.
+    """
+    dtype = torch.float64
+    dev = choices.device
+    y = choices.T.to(dtype).repeat_interleave(K, dim=1)  # [T, N]; column n = participant n // K
+    r = rewards.T.to(dtype).repeat_interleave(K, dim=1)
+    N = y.shape[1]
+    lo = torch.tensor([-_A_MAX, _B_MIN], dtype=dtype, device=dev)
+    hi = torch.tensor([_A_MAX, math.log(beta_max)], dtype=dtype, device=dev)
+    theta = torch.stack((torch.logit(theta0_ab[:, 0]), torch.log(theta0_ab[:, 1])), -1)
+    theta = torch.minimum(torch.maximum(theta, lo), hi)
+
+    # The data of the problems still in the batch ("cols") are gathered again only when the
+    # batch has shrunk by a third: gathering [T, N] columns every iteration costs more than
+    # re-evaluating a few problems that have already converged.
+    data = {}
+
+    def gather(cols):
+        yc = y[:, cols]
+        data.update(cols=cols, y=yc, r=r[:, cols], onehot=torch.stack((1 - yc, yc), dim=1))
+
+    def evaluate(th, pos):
+        """ℓ, gradient, Hessian in θ at th for the active problems (at positions pos of cols)."""
+        th_c = theta[data["cols"]]
+        th_c[pos] = th
+        alpha, beta = torch.sigmoid(th_c[:, 0]), torch.exp(th_c[:, 1])
+        ll, g, h = _derivatives(alpha, beta, data["y"], data["r"], initial_value, 2,
+                                onehot=data["onehot"])
+        ll, g, h = _unconstrained(ll, g, h, th_c)
+        return ll[pos], g[pos], h[pos]
+
+    active = torch.arange(N, device=dev)
+    gather(active)
+    ll, g, h = evaluate(theta, active)
+    radius = torch.ones(N, dtype=dtype, device=dev)
+    converged = torch.zeros(N, dtype=torch.bool, device=dev)
+    ll_mark = ll.clone()
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):
+        if active.numel() < 0.67 * data["cols"].numel():
+            gather(active)
+        pos = torch.searchsorted(data["cols"], active)  # both sorted
+        th_a, ll_old, rad = theta[active], ll[active], radius[active]
+        gp, fixed = _projected(th_a, g[active], lo, hi)
+        step, short = _step(gp, h[active], rad, fixed)
+        th_new = torch.minimum(torch.maximum(th_a + step, lo), hi)
+        ll_new, g_new, h_new = evaluate(th_new, pos)
+        # accept if ℓ did not go down (a few ulps of |ℓ| absorb rounding)
+        accept = ll_new >= ll_old - 4 * torch.finfo(dtype).eps * ll_old.abs()
+        idx = active[accept]
+        theta[idx], ll[idx], g[idx], h[idx] = (th_new[accept], ll_new[accept], g_new[accept],
+                                               h_new[accept])
+        step_norm = step.norm(dim=-1)
+        radius[active] = torch.where(
+            accept, torch.where(short, torch.clamp(4 * rad, max=4.0), rad), 0.25 * step_norm
+        )
+        scale = 1 + ll[active].abs()
+        gmax = _projected(theta[active], g[active], lo, hi)[0].abs().amax(-1)
+        done = (
+            (gmax < gtol * scale)
+            # a full Newton step that no longer changes ℓ: stationary, or drifting along an
+            # asymptote (e.g. β → ∞ for a participant whose choices are all predictable)
+            | (accept & ((ll_new - ll_old).abs() <= 1e-12 * scale))
+            # no uphill step longer than 1e-9 exists: stationary to rounding (ℓ is flat to
+            # ~1e-13 there, so accept/reject flips on rounding noise)
+            | (radius[active] < 1e-9)
+        )
+        if n_iter % 5 == 0:
+            # stalled: five iterations gained less than 1e-9 (1 + |ℓ|) in total. This ends the
+            # slow crawl along a curved ridge towards a supremum at β → ∞, where the remaining
+            # gain is below that (W&C 2019 rule 5: such fits are flagged by their huge β).
+            done |= (ll[active] - ll_mark[active]) <= 1e-9 * scale
+            ll_mark[active] = ll[active]
+        converged[active[done]] = True
+        active = active[~done]
+        if active.numel() == 0:
+            break
+    return theta, ll, converged, n_iter
+
+
+# --------------------------------------------------------------------------------------------
+# alternative models for model recovery (Wilson & Collins 2019, models 1 and 2)
+# --------------------------------------------------------------------------------------------
+
+
+def simulate_biased(bias, reward_probs, n_trials, generator=None):
+    """Simulate a biased random chooser: option 1 with probability ``bias`` on every trial.
+
+    Parameters
+    ----------
+    bias : Tensor [S]
+        Probability of choosing option 1, in [0, 1].
+    reward_probs : Tensor [2], [S, 2] or [S, T, 2]
+        As in :func:`simulate_bandit` (rewards are drawn, but do not affect the choices).
+    n_trials : int
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    choices : Tensor [S, T], int64;  rewards : Tensor [S, T], dtype of ``bias``
+
+    References
+    ----------
+    Wilson & Collins (2019), model 1 ("random responding").
+    """
+    func = "simulate_biased"
+    bias = _check_rate(bias, "bias", func)
+    n_trials = check_int(n_trials, "n_trials", func, minimum=1)
+    check_generator(generator, bias.device, func)
+    S = bias.shape[0]
+    dtype = _work_dtype(bias.dtype)
+    probs = _check_reward_probs(reward_probs, S, n_trials, func, bias.device).to(dtype)
+    u = torch.rand((2, n_trials, S), generator=generator, device=bias.device, dtype=dtype)
+    choices = (u[0] < bias.to(dtype)).long()  # [T, S]
+    p_reward = probs.gather(-1, choices.unsqueeze(-1)).squeeze(-1)
+    rewards = (u[1] < p_reward).to(bias.dtype)
+    return choices.T.contiguous(), rewards.T.contiguous()
+
+
+def fit_biased(choices, *, dtype=None):
+    """Maximum-likelihood bias of a biased random chooser (closed form: the fraction of 1s).
+
+    Parameters
+    ----------
+    choices : Tensor [S, T]
+        Options chosen (0 or 1).
+    dtype : torch.dtype, optional
+        Floating dtype of the results (default: ``torch.get_default_dtype()``).
+
+    Returns
+    -------
+    bias : Tensor [S];  log_likelihood : Tensor [S]
+        ``ℓ = k log b + (T − k) log(1 − b)`` at ``b = k / T`` (with 0 log 0 = 0).
+
+    References
+    ----------
+    Wilson & Collins (2019), model 1.
+    """
+    func = "fit_biased"
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"{func}: argument 'dtype' must be a floating torch.dtype, got {dtype!r}")
+    choices, _ = _check_data(choices, torch.zeros(choices.shape if isinstance(
+        choices, torch.Tensor) else (0,), dtype=dtype), func)
+    T = choices.shape[1]
+    k = choices.to(torch.float64).sum(1)
+    b = k / T
+    # xlogy(0, 0) = 0: a participant who always picks the same option has ℓ = 0, not NaN
+    ll = torch.xlogy(k, b) + torch.xlogy(T - k, 1 - b)
+    return b.to(dtype), ll.to(dtype)
+
+
+def _wsls_consistent(choices, rewards):
+    """[S, T−1] bool: trial t ≥ 1 follows win-stay/lose-shift given trial t − 1."""
+    stay = choices[:, 1:] == choices[:, :-1]
+    win = rewards[:, :-1] > 0
+    return stay == win
+
+
+def simulate_wsls(epsilon, reward_probs, n_trials, generator=None):
+    """Simulate noisy win-stay/lose-shift choosers on a two-armed bandit.
+
+    Trial 0 is a coin flip. On trial ``t ≥ 1`` the chooser repeats the previous choice after a
+    win (``r_{t−1} > 0``) and switches after a loss, except that with probability ``ε`` it
+    chooses at random instead: the rule is followed with probability ``1 − ε/2``.
+
+    Parameters
+    ----------
+    epsilon : Tensor [S]
+        Noise level in [0, 1] (0: the rule always, 1: random).
+    reward_probs : Tensor [2], [S, 2] or [S, T, 2]
+    n_trials : int
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    choices : Tensor [S, T], int64;  rewards : Tensor [S, T], dtype of ``epsilon``
+
+    References
+    ----------
+    Wilson & Collins (2019), model 2 ("noisy win-stay-lose-shift").
+    """
+    func = "simulate_wsls"
+    epsilon = _check_rate(epsilon, "epsilon", func)
+    n_trials = check_int(n_trials, "n_trials", func, minimum=1)
+    check_generator(generator, epsilon.device, func)
+    S = epsilon.shape[0]
+    dtype = _work_dtype(epsilon.dtype)
+    probs = _check_reward_probs(reward_probs, S, n_trials, func, epsilon.device).to(dtype)
+    u = torch.rand((2, n_trials, S), generator=generator, device=epsilon.device, dtype=dtype)
+    eps = epsilon.to(dtype)
+    choices = torch.empty((n_trials, S), dtype=torch.long, device=epsilon.device)
+    rewards = torch.empty((n_trials, S), dtype=dtype, device=epsilon.device)
+    rows = torch.arange(S, device=epsilon.device)
+    c = (u[0, 0] < 0.5).long()
+    for t in range(n_trials):
+        if t > 0:
+            rule = torch.where(rewards[t - 1] > 0, choices[t - 1], 1 - choices[t - 1])
+            follow = u[0, t] < 1 - eps / 2
+            c = torch.where(follow, rule, 1 - rule)
+        choices[t] = c
+        rewards[t] = (u[1, t] < probs[t, rows, c]).to(dtype)
+    return choices.T.contiguous(), rewards.T.contiguous().to(epsilon.dtype)
+
+
+def wsls_log_likelihood(epsilon, choices, rewards):
+    """Log-likelihood of each participant's choices under noisy win-stay/lose-shift.
+
+    ``ℓ = log ½ + Σ_{t≥1} [k_t log(1 − ε/2) + (1 − k_t) log(ε/2)]``, where ``k_t = 1`` when
+    trial ``t`` follows the rule given trial ``t − 1`` (0 log 0 = 0).
+
+    Parameters
+    ----------
+    epsilon : Tensor [S];  choices, rewards : Tensor [S, T]
+
+    Returns
+    -------
+    Tensor [S]
+
+    References
+    ----------
+    Wilson & Collins (2019), model 2.
+    """
+    func = "wsls_log_likelihood"
+    epsilon = _check_rate(epsilon, "epsilon", func)
+    choices, rewards = _check_data(choices, rewards, func, S=epsilon.shape[0],
+                                   device=epsilon.device)
+    dtype = _work_dtype(epsilon.dtype)
+    k = _wsls_consistent(choices, rewards).to(dtype).sum(1)
+    n = choices.shape[1] - 1
+    e = epsilon.to(dtype) / 2
+    ll = math.log(0.5) + torch.xlogy(k, 1 - e) + torch.xlogy(n - k, e)
+    return ll.to(epsilon.dtype)
+
+
+def fit_wsls(choices, rewards):
+    """Maximum-likelihood noise level of noisy win-stay/lose-shift (closed form).
+
+    With ``n = T − 1`` rule-governed trials of which ``m`` break the rule, ``ℓ(ε)`` is maximised
+    at ``ε/2 = m/n``, i.e. ``ε = min(2m/n, 1)`` (ε ≤ 1 caps the noise at random choice).
+
+    Parameters
+    ----------
+    choices, rewards : Tensor [S, T]
+
+    Returns
+    -------
+    epsilon : Tensor [S];  log_likelihood : Tensor [S]   (rewards' dtype)
+
+    References
+    ----------
+    Wilson & Collins (2019), model 2.
+    """
+    func = "fit_wsls"
+    choices, rewards = _check_data(choices, rewards, func)
+    T = choices.shape[1]
+    n = T - 1
+    if n == 0:
+        eps = torch.ones(choices.shape[0], dtype=torch.float64, device=choices.device)
+    else:
+        m = (~_wsls_consistent(choices, rewards)).to(torch.float64).sum(1)
+        eps = torch.clamp(2 * m / n, max=1.0)
+    ll = wsls_log_likelihood(eps, choices, rewards)
+    return eps.to(rewards.dtype), ll.to(rewards.dtype)

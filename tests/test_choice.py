@@ -1,0 +1,441 @@
+"""Tests of softmaxbook.choice: the Rescorla–Wagner softmax learner, its gradient and its fit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from softmaxbook import choice as ch
+from softmaxbook.choice import (
+    fit_biased,
+    fit_rw,
+    fit_wsls,
+    rw_gradient,
+    rw_log_likelihood,
+    rw_values,
+    simulate_bandit,
+    simulate_biased,
+    simulate_wsls,
+    wsls_log_likelihood,
+)
+
+D = torch.float64
+PROBS = torch.tensor([0.2, 0.8], dtype=D)
+
+
+def data(S=4, T=40, seed=0, alpha=None, beta=None):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.rand(S, generator=g, dtype=D) if alpha is None else alpha
+    b = 5 * torch.rand(S, generator=g, dtype=D) if beta is None else beta
+    c, r = simulate_bandit(a, b, PROBS, T, generator=g)
+    return a, b, c, r
+
+
+# ---------------------------------------------------------------- exact values
+
+
+def test_values_by_hand():
+    # choices 1, 1, 0 with rewards 1, 0, 1 and α = 0.5, V0 = 0:
+    # before t0: (0, 0); after t0 (option 1 ← 1): (0, .5); after t1 (option 1 ← 0): (0, .25)
+    V = rw_values(torch.tensor([0.5], dtype=D), torch.tensor([[1, 1, 0]]),
+                  torch.tensor([[1.0, 0.0, 1.0]], dtype=D))
+    assert torch.equal(V[0], torch.tensor([[0, 0], [0, 0.5], [0, 0.25]], dtype=D))
+
+
+def test_log_likelihood_by_hand():
+    a, b = torch.tensor([0.5], dtype=D), torch.tensor([2.0], dtype=D)
+    c, r = torch.tensor([[1, 1, 0]]), torch.tensor([[1.0, 0.0, 1.0]], dtype=D)
+    # p_t = σ(2 ΔV): ΔV = 0, .5, .25; y = 1, 1, 0
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    want = math.log(0.5) + math.log(sig(1.0)) + math.log(1 - sig(0.5))
+    assert rw_log_likelihood(a, b, c, r).item() == pytest.approx(want, abs=1e-14)
+
+
+def test_beta_zero_is_coin_flips():
+    a, b, c, r = data(S=3, T=25)
+    ll = rw_log_likelihood(a, torch.zeros(3, dtype=D), c, r)
+    assert torch.allclose(ll, torch.full((3,), 25 * math.log(0.5), dtype=D))
+
+
+def test_initial_value_shifts_values():
+    a, b, c, r = data(S=2, T=10)
+    V = rw_values(a, c, r, initial_value=0.5)
+    assert torch.all(V[:, 0] == 0.5)
+
+
+def test_causal_timing_choice_uses_values_before_outcome():
+    # a learner with α = 1 and huge β repeats a rewarded choice, and the first choice is 50:50
+    g = torch.Generator().manual_seed(3)
+    a = torch.ones(2000, dtype=D)
+    b = torch.full((2000,), 50.0, dtype=D)
+    c, r = simulate_bandit(a, b, torch.tensor([1.0, 1.0], dtype=D), 3, generator=g)
+    assert abs(c[:, 0].double().mean().item() - 0.5) < 0.05  # 4.5 sd at n = 2000
+    assert torch.equal(c[:, 1], c[:, 0]) and torch.equal(c[:, 2], c[:, 0])
+
+
+# ---------------------------------------------------------------- gradients
+
+
+def test_gradient_matches_autograd():
+    a, b, c, r = data(S=6, T=120, seed=1)
+    A, B = a.clone().requires_grad_(), b.clone().requires_grad_()
+    rw_log_likelihood(A, B, c, r).sum().backward()
+    g_a, g_b = rw_gradient(a, b, c, r)
+    torch.testing.assert_close(g_a, A.grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(g_b, B.grad, rtol=1e-10, atol=1e-10)
+
+
+def test_gradient_matches_finite_differences():
+    a, b, c, r = data(S=5, T=80, seed=2)
+    a = a.clamp(0.05, 0.95)
+    g_a, g_b = rw_gradient(a, b, c, r)
+    h = 1e-6
+    fd_a = (rw_log_likelihood(a + h, b, c, r) - rw_log_likelihood(a - h, b, c, r)) / (2 * h)
+    fd_b = (rw_log_likelihood(a, b + h, c, r) - rw_log_likelihood(a, b - h, c, r)) / (2 * h)
+    torch.testing.assert_close(g_a, fd_a, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(g_b, fd_b, rtol=1e-6, atol=1e-6)
+
+
+def test_gradcheck_log_likelihood():
+    a, b, c, r = data(S=3, T=15, seed=4)
+    a = a.clamp(0.1, 0.9).requires_grad_()
+    b = b.requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, y: rw_log_likelihood(x, y, c, r), (a, b))
+
+
+def test_hessian_matches_autograd():
+    a, b, c, r = data(S=4, T=60, seed=5)
+
+    def f(x, y):
+        return rw_log_likelihood(x, y, c, r).sum()
+
+    H = torch.autograd.functional.hessian(f, (a, b))
+    _, _, (h_aa, h_ab, h_bb) = ch._derivatives(a, b, c.T.to(D), r.T, 0.0, 2)
+    torch.testing.assert_close(h_aa, torch.diagonal(H[0][0]), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(h_ab, torch.diagonal(H[0][1]), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(h_bb, torch.diagonal(H[1][1]), rtol=1e-9, atol=1e-9)
+
+
+def test_zeroing_unchosen_sensitivity_is_wrong():
+    """SOURCE-ERRATA 6: resetting ∂V/∂α of the unchosen option to 0 gives a wrong gradient."""
+    a, b, c, r = data(S=1, T=300, seed=6, alpha=torch.tensor([0.3], dtype=D),
+                      beta=torch.tensor([3.0], dtype=D))
+    V = rw_values(a, c, r)[0]
+    y, rr, al, be = c[0].to(D), r[0], a.item(), b.item()
+    dD_wrong, g_wrong = [0.0, 0.0], 0.0
+    for t in range(300):
+        p = 1 / (1 + math.exp(-be * (V[t, 1] - V[t, 0]).item()))
+        g_wrong += be * (y[t].item() - p) * (dD_wrong[1] - dD_wrong[0])
+        k = int(y[t])
+        new = rr[t].item() - V[t, k].item() + (1 - al) * dD_wrong[k]
+        dD_wrong = [0.0, 0.0]
+        dD_wrong[k] = new
+    g_right = rw_gradient(a, b, c, r)[0].item()
+    assert abs(g_wrong - g_right) > 0.2 * abs(g_right)
+
+
+def test_float32_and_bfloat16_inputs():
+    a, b, c, r = data(S=3, T=30)
+    ll64 = rw_log_likelihood(a, b, c, r)
+    ll32 = rw_log_likelihood(a.float(), b.float(), c, r.float())
+    assert ll32.dtype == torch.float32
+    torch.testing.assert_close(ll32.double(), ll64, rtol=1e-5, atol=1e-4)
+    g16 = rw_gradient(a.bfloat16(), b.bfloat16(), c, r.bfloat16())
+    assert g16[0].dtype == torch.bfloat16 and torch.isfinite(g16[0].float()).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(alpha=st.floats(0.0, 1.0), beta=st.floats(0.0, 1e4), reward=st.floats(-1e3, 1e3),
+       seed=st.integers(0, 2**16))
+def test_extreme_parameters_stay_finite(alpha, beta, reward, seed):
+    g = torch.Generator().manual_seed(seed)
+    c = (torch.rand(2, 30, generator=g) < 0.5).long()
+    r = torch.full((2, 30), reward, dtype=D)
+    a, b = torch.tensor([alpha, alpha], dtype=D), torch.tensor([beta, beta], dtype=D)
+    ll = rw_log_likelihood(a, b, c, r)
+    g_a, g_b = rw_gradient(a, b, c, r)
+    assert torch.all(ll <= 0) and torch.isfinite(ll).all()
+    assert torch.isfinite(g_a).all() and torch.isfinite(g_b).all()
+    ll_fast = ch._derivatives(a, b, c.T.to(D), r.T, 0.0, 0)
+    torch.testing.assert_close(ll_fast, ll, rtol=1e-9, atol=1e-9)
+
+
+# ---------------------------------------------------------------- simulation
+
+
+def test_simulated_choice_frequencies_match_model():
+    """Each simulated choice is a Bernoulli(p_t) draw, p_t from the values before trial t.
+
+    Test: Σ_t (y_t − p_t) over 4000 × 20 choices is ~N(0, Σ p(1−p)); we require |z| < 4.5
+    (false-alarm rate ~7e-6). A sampler that used the values *after* the outcome is rejected.
+    """
+    g = torch.Generator().manual_seed(7)
+    S = 4000
+    a = torch.full((S,), 0.4, dtype=D)
+    b = torch.full((S,), 3.0, dtype=D)
+    c, r = simulate_bandit(a, b, PROBS, 20, generator=g)
+    V = rw_values(a, c, r)
+    p = torch.sigmoid(b[:, None] * (V[..., 1] - V[..., 0]))
+    z = ((c - p).sum() / (p * (1 - p)).sum().sqrt()).item()
+    assert abs(z) < 4.5
+    # the "values after the outcome" sampler (SOURCE-ERRATA 10): its choices are not
+    # Bernoulli(p_t); they are chosen knowing r_t
+    c_bad, r_bad = _acausal_sampler(a, b, 20, g)
+    V_bad = rw_values(a, c_bad, r_bad)
+    p_bad = torch.sigmoid(b[:, None] * (V_bad[..., 1] - V_bad[..., 0]))
+    z_bad = ((c_bad - p_bad).sum() / (p_bad * (1 - p_bad)).sum().sqrt()).item()
+    assert abs(z_bad) > 4.5
+
+
+def _acausal_sampler(a, b, T, g):
+    S = a.shape[0]
+    V = torch.zeros(S, 2, dtype=D)
+    cs, rs = [], []
+    rows = torch.arange(S)
+    for _ in range(T):
+        rew = (torch.rand(S, 2, generator=g, dtype=D) < PROBS).to(D)  # outcomes of both options
+        peek = V + a[:, None] * (rew - V)  # values already containing this trial's outcome
+        c = (torch.rand(S, generator=g, dtype=D) < torch.sigmoid(b * (peek[:, 1] - peek[:, 0]))).long()
+        r = rew[rows, c]
+        V[rows, c] += a * (r - V[rows, c])
+        cs.append(c)
+        rs.append(r)
+    return torch.stack(cs, 1), torch.stack(rs, 1)
+
+
+def test_simulated_rewards_follow_reward_probs():
+    # reward rate of option 1 among its choices ≈ 0.8 (binomial sd ≈ 0.002 at n ≈ 40k; 5 sd)
+    g = torch.Generator().manual_seed(8)
+    a, b = torch.full((500,), 0.3, dtype=D), torch.full((500,), 4.0, dtype=D)
+    c, r = simulate_bandit(a, b, PROBS, 100, generator=g)
+    rate = r[c == 1].mean().item()
+    n = int((c == 1).sum())
+    assert abs(rate - 0.8) < 5 * math.sqrt(0.16 / n)
+
+
+def test_per_trial_reward_probs_and_generator_reproducible():
+    S, T = 3, 12
+    probs = torch.rand(S, T, 2, generator=torch.Generator().manual_seed(0), dtype=D)
+    a, b = torch.full((S,), 0.5, dtype=D), torch.ones(S, dtype=D)
+    out1 = simulate_bandit(a, b, probs, T, generator=torch.Generator().manual_seed(1))
+    out2 = simulate_bandit(a, b, probs, T, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(out1[0], out2[0]) and torch.equal(out1[1], out2[1])
+    assert out1[0].dtype == torch.long and out1[1].dtype == D
+
+
+# ---------------------------------------------------------------- fitting
+
+
+def test_fit_finds_the_maximum_of_a_grid():
+    a, b, c, r = data(S=3, T=200, seed=9, alpha=torch.tensor([0.2, 0.5, 0.8], dtype=D),
+                      beta=torch.tensor([2.0, 5.0, 8.0], dtype=D))
+    fit = fit_rw(c, r, n_starts=4, generator=torch.Generator().manual_seed(0))
+    assert fit.converged.all()
+    # the estimate beats every point of a fine grid, and the gradient vanishes there
+    ag = torch.linspace(0.01, 0.99, 99, dtype=D)
+    bg = torch.linspace(0.1, 20, 100, dtype=D)
+    A, B = torch.meshgrid(ag, bg, indexing="ij")
+    for s in range(3):
+        cs, rs = c[s:s + 1].expand(A.numel(), -1), r[s:s + 1].expand(A.numel(), -1)
+        grid = rw_log_likelihood(A.reshape(-1), B.reshape(-1), cs, rs)
+        assert fit.log_likelihood[s] >= grid.max() - 1e-9
+    g_a, g_b = rw_gradient(fit.alpha, fit.beta, c, r)
+    assert (g_a.abs() * fit.alpha * (1 - fit.alpha)).max() < 1e-3
+    # at the bound β = beta_max the likelihood may still rise (projected gradient ≥ 0)
+    at_bound = torch.isclose(fit.beta, torch.tensor(100.0, dtype=D))
+    assert torch.all(torch.where(at_bound, g_b > 0, (g_b * fit.beta).abs() < 1e-3))
+    torch.testing.assert_close(fit.log_likelihood, rw_log_likelihood(fit.alpha, fit.beta, c, r))
+
+
+def _nll_python(theta, choices, rewards):
+    """Independent pure-Python negative log-likelihood in (logit α, log β)."""
+    alpha, beta = 1 / (1 + math.exp(-theta[0])), math.exp(theta[1])
+    v, nll = [0.0, 0.0], 0.0
+    for c, r in zip(choices, rewards):
+        p1 = 1 / (1 + math.exp(-beta * (v[1] - v[0])))
+        nll -= math.log(p1 if c else 1 - p1)
+        v[c] += alpha * (r - v[c])
+    return nll
+
+
+def test_fit_agrees_with_scipy():
+    scipy_optimize = pytest.importorskip("scipy.optimize")
+    a, b, c, r = data(S=3, T=150, seed=10)
+    fit = fit_rw(c, r, n_starts=3, generator=torch.Generator().manual_seed(1))
+    for s in range(3):
+        best = min(
+            (scipy_optimize.minimize(_nll_python, x0, args=(c[s].tolist(), r[s].tolist()),
+                                     method="Nelder-Mead",
+                                     options={"xatol": 1e-8, "fatol": 1e-10, "maxiter": 2000})
+             for x0 in ([0.0, 0.0], [-2.0, 1.5], [2.0, 2.0])),
+            key=lambda res: res.fun,
+        )
+        assert fit.log_likelihood[s].item() >= -best.fun - 1e-6
+
+
+def test_fit_keeps_best_start_and_shapes():
+    a, b, c, r = data(S=5, T=100, seed=11)
+    fit = fit_rw(c, r, n_starts=3, generator=torch.Generator().manual_seed(2))
+    assert fit.alpha.shape == fit.beta.shape == fit.log_likelihood.shape == (5,)
+    assert fit.start_log_likelihoods.shape == (5, 3)
+    torch.testing.assert_close(fit.log_likelihood, fit.start_log_likelihoods.max(1).values)
+    assert torch.all((fit.alpha >= 0) & (fit.alpha <= 1) & (fit.beta > 0) & (fit.beta <= 100))
+
+
+def test_fit_respects_beta_max_for_deterministic_chooser():
+    # always choosing the option that always pays: ℓ rises towards its supremum as β → ∞
+    c = torch.ones(2, 50, dtype=torch.long)
+    c[:, 0] = 0  # first choice 50:50, the rest predictable
+    r = torch.ones(2, 50, dtype=D)
+    r[:, 0] = 0.0
+    fit = fit_rw(c, r, n_starts=2, generator=torch.Generator().manual_seed(0), beta_max=50.0)
+    # only the two tied trials (0 and 1) are uncertain: sup ℓ = 2 log ½, approached as β grows
+    assert torch.allclose(fit.log_likelihood, torch.full((2,), 2 * math.log(0.5), dtype=D),
+                          atol=1e-6)
+    assert torch.all((fit.beta > 10) & (fit.beta <= 50 + 1e-9))
+
+
+def test_fit_explicit_starts_float32():
+    a, b, c, r = data(S=2, T=80, seed=12)
+    starts = torch.tensor([[[0.5, 1.0]], [[0.3, 3.0]]], dtype=D)
+    fit = fit_rw(c, r.float(), starts=starts)
+    assert fit.alpha.dtype == torch.float32 and fit.start_log_likelihoods.shape == (2, 1)
+
+
+# ---------------------------------------------------------------- alternative models
+
+
+def test_biased_and_wsls_closed_forms_are_maxima():
+    g = torch.Generator().manual_seed(13)
+    c, r = simulate_wsls(torch.tensor([0.1, 0.4, 1.0], dtype=D), PROBS, 60, generator=g)
+    eps, ll = fit_wsls(c, r)
+    grid = torch.linspace(0, 1, 201, dtype=D)
+    for s in range(3):
+        lls = wsls_log_likelihood(grid, c[s:s + 1].expand(201, -1), r[s:s + 1].expand(201, -1))
+        assert ll[s] >= lls.max() - 1e-12
+    bias, ll_b = fit_biased(c, dtype=D)
+    torch.testing.assert_close(bias, c.to(D).mean(1))
+    assert torch.all(ll_b <= 0)
+
+
+def test_wsls_log_likelihood_by_hand():
+    # choices 0, 0, 1; rewards 1, 0, 0: trial 1 stays after a win (rule), trial 2 shifts after
+    # a loss (rule): ℓ = log ½ + 2 log(1 − ε/2)
+    ll = wsls_log_likelihood(torch.tensor([0.2], dtype=D), torch.tensor([[0, 0, 1]]),
+                             torch.tensor([[1.0, 0.0, 0.0]], dtype=D))
+    assert ll.item() == pytest.approx(math.log(0.5) + 2 * math.log(0.9), abs=1e-14)
+
+
+def test_wsls_sampler_follows_rule_at_rate():
+    # rule followed with probability 1 − ε/2 = 0.85; n ≈ 99k trials, sd ≈ 0.0011; 5 sd
+    g = torch.Generator().manual_seed(14)
+    c, r = simulate_wsls(torch.full((1000,), 0.3, dtype=D), PROBS, 100, generator=g)
+    rate = ch._wsls_consistent(c, r).to(D).mean().item()
+    assert abs(rate - 0.85) < 5 * math.sqrt(0.85 * 0.15 / 99000)
+    # a sampler that ignores the rule (biased random chooser) is rejected by the same test
+    c2, r2 = simulate_biased(torch.full((1000,), 0.5, dtype=D), PROBS, 100, generator=g)
+    rate2 = ch._wsls_consistent(c2, r2).to(D).mean().item()
+    assert abs(rate2 - 0.85) > 5 * math.sqrt(0.85 * 0.15 / 99000)
+
+
+def test_biased_sampler_rate():
+    g = torch.Generator().manual_seed(15)
+    c, _ = simulate_biased(torch.full((200,), 0.7, dtype=D), PROBS, 100, generator=g)
+    # n = 20000, sd ≈ 0.0032; 5 sd
+    assert abs(c.to(D).mean().item() - 0.7) < 5 * math.sqrt(0.21 / 20000)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_error_mismatched_shapes():
+    a, b, c, r = data(S=3, T=10)
+    with pytest.raises(ValueError, match="'choices' and 'rewards' must have the same shape"):
+        rw_log_likelihood(a, b, c, r[:, :5])
+    with pytest.raises(ValueError, match="participants"):
+        rw_log_likelihood(a[:2], b[:2], c, r)
+    with pytest.raises(ValueError, match="'alpha' and 'beta' must have the same shape"):
+        rw_gradient(a, b[:2], c, r)
+    with pytest.raises(ValueError, match="argument 'alpha' must have shape"):
+        rw_values(a[:, None], c, r)
+    with pytest.raises(ValueError, match="argument 'choices' must have shape"):
+        fit_rw(c[0], r[0])
+    with pytest.raises(ValueError, match="argument 'reward_probs' must have shape"):
+        simulate_bandit(a, b, torch.ones(3, dtype=D) / 2, 10)
+    with pytest.raises(ValueError, match="argument 'starts' must have shape"):
+        fit_rw(c, r, starts=torch.full((3, 2), 0.5, dtype=D))
+
+
+def test_error_choices_not_binary():
+    a, b, c, r = data(S=2, T=10)
+    with pytest.raises(ValueError, match="argument 'choices' must contain only 0 and 1"):
+        rw_log_likelihood(a, b, c * 2, r)
+    with pytest.raises(ValueError, match="argument 'choices' must contain only 0 and 1"):
+        fit_rw(c.to(D) - 0.5, r)
+
+
+def test_error_alpha_outside_unit_interval():
+    a, b, c, r = data(S=2, T=10)
+    with pytest.raises(ValueError, match=r"argument 'alpha' must lie in \[0, 1\]"):
+        rw_log_likelihood(a + 1.5, b, c, r)
+    with pytest.raises(ValueError, match=r"argument 'alpha' must lie in \[0, 1\]"):
+        simulate_bandit(-a - 0.1, b, PROBS, 5)
+
+
+def test_error_negative_beta():
+    a, b, c, r = data(S=2, T=10)
+    with pytest.raises(ValueError, match="argument 'beta' must be >= 0"):
+        rw_gradient(a, -b - 1, c, r)
+
+
+def test_error_nan():
+    a, b, c, r = data(S=2, T=10)
+    bad = a.clone()
+    bad[1] = float("nan")
+    with pytest.raises(ValueError, match="argument 'alpha' contains NaN"):
+        rw_log_likelihood(bad, b, c, r)
+    r2 = r.clone()
+    r2[0, 3] = float("nan")
+    with pytest.raises(ValueError, match="argument 'rewards' contains NaN"):
+        fit_rw(c, r2)
+    c2 = c.to(D)
+    c2[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="argument 'choices' contains NaN"):
+        rw_gradient(a, b, c2, r)
+
+
+def test_error_types_and_numbers():
+    a, b, c, r = data(S=2, T=10)
+    with pytest.raises(TypeError, match="argument 'alpha' must be a torch.Tensor"):
+        rw_log_likelihood([0.1, 0.2], b, c, r)
+    with pytest.raises(TypeError, match="argument 'rewards' must have a floating-point dtype"):
+        rw_log_likelihood(a, b, c, c)
+    with pytest.raises(ValueError, match="argument 'n_trials' must be >= 1"):
+        simulate_bandit(a, b, PROBS, 0)
+    with pytest.raises(ValueError, match="argument 'n_starts' must be >= 1"):
+        fit_rw(c, r, n_starts=0)
+    with pytest.raises(ValueError, match="argument 'beta_max' must be > 0"):
+        fit_rw(c, r, beta_max=-1.0)
+    with pytest.raises(ValueError, match="argument 'initial_value' must be finite"):
+        rw_values(a, c, r, initial_value=float("inf"))
+    with pytest.raises(ValueError, match="argument 'rewards' must be finite"):
+        rw_values(a, c, r.masked_fill(r == r, float("inf")))
+    with pytest.raises(ValueError, match=r"argument 'epsilon' must lie in \[0, 1\]"):
+        simulate_wsls(torch.tensor([1.5], dtype=D), PROBS, 10)
+    with pytest.raises(TypeError, match="argument 'generator'"):
+        simulate_bandit(a, b, PROBS, 5, generator=0)
+
+
+def test_benchmark_quick_runs():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_choice.py"
+    out = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    assert "fit_rw" in out and "scipy" in out
