@@ -8,7 +8,7 @@
     python3 tools/book.py serve            # serve _build/html on http://127.0.0.1:8000
     python3 tools/book.py lab              # open the notebooks in JupyterLab
     python3 tools/book.py build-chapter book/01_softmax.ipynb   # one chapter alone, strictly
-    python3 tools/book.py clean            # strip outputs/metadata from book/*.ipynb before committing
+    python3 tools/book.py clean [NB ...]   # strip outputs/metadata (default: book/*.ipynb) before committing
     python3 tools/book.py setup            # (re)create .venv when requirements changed
 
 The build and test commands run `setup` first, so on a fresh clone each is one command.
@@ -161,8 +161,8 @@ def serve(args) -> None:
          "--directory", site])
 
 
-def clean(_args=None) -> None:
-    """Strip outputs, execution counts and non-essential metadata from book/*.ipynb in place."""
+def clean(args=None) -> None:
+    """Strip outputs, execution counts and non-essential metadata from notebooks in place."""
     setup()
     code = """
 import sys, nbformat
@@ -176,7 +176,8 @@ for path in sys.argv[1:]:
     nbformat.write(nb, path)
     print("cleaned", path)
 """
-    paths = sorted(str(p) for p in (ROOT / "book").glob("*.ipynb"))
+    paths = list(getattr(args, "notebooks", None) or [])
+    paths = paths or sorted(str(p) for p in (ROOT / "book").glob("*.ipynb"))
     run([PY, "-c", code, *paths])
 
 
@@ -202,7 +203,9 @@ def main() -> None:
     p = sub.add_parser("serve", help="serve the built site on 127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.set_defaults(func=serve)
-    sub.add_parser("clean", help="strip outputs and metadata from book/*.ipynb").set_defaults(func=clean)
+    p = sub.add_parser("clean", help="strip outputs and metadata from notebooks (default: book/*.ipynb)")
+    p.add_argument("notebooks", nargs="*", help="only these notebooks")
+    p.set_defaults(func=clean)
     sub.add_parser("lab", help="open the notebooks in JupyterLab").set_defaults(func=lab)
     args = parser.parse_args()
     args.func(args)
