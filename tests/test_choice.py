@@ -14,6 +14,7 @@ from softmaxbook.choice import (
     fit_biased,
     fit_rw,
     fit_wsls,
+    reversal_reward_probs,
     rw_gradient,
     rw_log_likelihood,
     rw_values,
@@ -225,6 +226,18 @@ def test_per_trial_reward_probs_and_generator_reproducible():
     out2 = simulate_bandit(a, b, probs, T, generator=torch.Generator().manual_seed(1))
     assert torch.equal(out1[0], out2[0]) and torch.equal(out1[1], out2[1])
     assert out1[0].dtype == torch.long and out1[1].dtype == D
+
+
+def test_reversal_reward_probs():
+    p = reversal_reward_probs(2, 7, 3, 0.9)
+    assert p.shape == (2, 7, 2)
+    want1 = torch.tensor([0.9, 0.9, 0.9, 0.1, 0.1, 0.1, 0.9], dtype=D)
+    torch.testing.assert_close(p[1, :, 1], want1)
+    torch.testing.assert_close(p[..., 0] + p[..., 1], torch.ones(2, 7, dtype=D))
+    with pytest.raises(ValueError, match="argument 'p_good' must lie in"):
+        reversal_reward_probs(2, 7, 3, 1.5)
+    with pytest.raises(ValueError, match="argument 'block' must be >= 1"):
+        reversal_reward_probs(2, 7, 0)
 
 
 # ---------------------------------------------------------------- fitting

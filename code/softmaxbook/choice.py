@@ -53,6 +53,7 @@ from softmaxbook._validate import (
 )
 
 __all__ = [
+    "reversal_reward_probs",
     "simulate_bandit",
     "rw_values",
     "rw_log_likelihood",
@@ -207,6 +208,35 @@ def _work_dtype(*dtypes) -> torch.dtype:
 # --------------------------------------------------------------------------------------------
 # simulation
 # --------------------------------------------------------------------------------------------
+
+
+def reversal_reward_probs(n_participants, n_trials, block, p_good=0.8, *,
+                          dtype=torch.float64, device=None):
+    """Reward probabilities of a reversal task: the better option swaps every ``block`` trials.
+
+    Option 1 pays with probability ``p_good`` (option 0 with ``1 − p_good``) on trials
+    ``0 … block − 1``, then the two swap, and so on. Reversals make the learning rate much
+    better identified than a stationary bandit, where values settle and stop moving.
+
+    Returns
+    -------
+    Tensor [S, T, 2]
+        For :func:`simulate_bandit`'s ``reward_probs`` (a broadcast view; clone to modify).
+
+    References
+    ----------
+    Wilson & Collins (2019), rule 2 (design the experiment so that parameters are identifiable).
+    """
+    func = "reversal_reward_probs"
+    S = check_int(n_participants, "n_participants", func, minimum=1)
+    T = check_int(n_trials, "n_trials", func, minimum=1)
+    block = check_int(block, "block", func, minimum=1)
+    p_good = check_positive_number(p_good, "p_good", func, allow_zero=True)
+    if p_good > 1:
+        raise ValueError(f"{func}: argument 'p_good' must lie in [0, 1], got {p_good}")
+    swapped = (torch.arange(T, device=device) // block) % 2 == 1  # [T]
+    p1 = torch.where(swapped, 1 - p_good, p_good).to(dtype)
+    return torch.stack((1 - p1, p1), dim=-1).expand(S, T, 2)
 
 
 def simulate_bandit(alpha, beta, reward_probs, n_trials, generator=None, *, initial_value=0.0):
