@@ -734,5 +734,5 @@ def test_benchmark_quick_runs(capsys):
         rows = bench.main(["--quick"])
     finally:
         torch.set_num_threads(threads)
-    assert len(rows) == 4 and all(r[1] > 0 and r[2] > 0 for r in rows)
+    assert len(rows) == 5 and all(r[1][0] > 0 and r[2][0] > 0 for r in rows)
     assert "stochastic_beam_search / beam_search" in capsys.readouterr().out

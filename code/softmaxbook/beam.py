@@ -341,19 +341,25 @@ def _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator,
                 score = logp
         # Candidates: V children per open node, plus column V, the pseudo-child of a leaf.
         n_nodes = B * K
+        all_open = active_flat.numel() == n_nodes  # the common case: no scatter needed
         flat_logp, flat_score = logp.flatten(), score.flatten()
-        child_logp = torch.full((n_nodes, V + 1), -math.inf, dtype=lp.dtype, device=device)
-        child_logp[active_flat, :V] = flat_logp[active_flat].unsqueeze(1) + lp  # φ_S' = φ_S + log p
+        ninf = torch.tensor(-math.inf, dtype=lp.dtype, device=device)
         leaf = (finished & (logp > -math.inf)).flatten()
-        child_logp[leaf, V] = flat_logp[leaf]
+        if not all_open:  # rows of nodes that are not expanded get -inf children
+            lp = torch.full((n_nodes, V), -math.inf, dtype=lp.dtype,
+                            device=device).index_copy_(0, active_flat, lp)
+        child_logp = torch.cat(  # φ_S' = φ_S + log p(y | S)
+            [flat_logp.unsqueeze(1) + lp, torch.where(leaf, flat_logp, ninf).unsqueeze(1)], dim=1)
         if stochastic:
-            child_score = torch.full_like(child_logp, -math.inf)
             # Children's Gumbels conditioned on their maximum being the parent's perturbed
             # value (Kool et al. 2019, eq. 9/10; computed stably in softmaxbook.gumbel).
-            child_score[active_flat, :V] = gumbel_with_max(
-                child_logp[active_flat, :V], flat_score[active_flat], generator=generator
-            )
-            child_score[leaf, V] = flat_score[leaf]
+            if all_open:
+                g = gumbel_with_max(child_logp[:, :V], flat_score, generator=generator)
+            else:
+                g = torch.full((n_nodes, V), -math.inf, dtype=lp.dtype, device=device).index_copy_(
+                    0, active_flat, gumbel_with_max(child_logp[active_flat, :V],
+                                                    flat_score[active_flat], generator=generator))
+            child_score = torch.cat([g, torch.where(leaf, flat_score, ninf).unsqueeze(1)], dim=1)
         else:
             child_score = child_logp
         cand = child_score.view(B, K * (V + 1))
