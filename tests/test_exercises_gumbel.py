@@ -67,6 +67,21 @@ def test_max_sampler_rejects_sampling_impossible_class():
         check("gumbel-max-sampler", unclamped_positive_noise)
 
 
+def test_max_sampler_rejects_unclamped_uniforms():
+    def unclamped(logits, generator):  # right in distribution, but U = 0 gives G = -inf
+        u = torch.rand(logits.shape, dtype=logits.dtype, generator=generator)
+        return (logits - torch.log(-torch.log(u))).argmax(-1)
+
+    with pytest.raises(ExerciseCheckFailed, match="torch.rand returns 0.*impossible class 0"):
+        check("gumbel-max-sampler", unclamped)
+
+
+def test_max_sampler_check_restores_torch_rand():
+    real = torch.rand
+    check("gumbel-max-sampler", right_sampler)
+    assert torch.rand is real
+
+
 # --- gumbel-truncated-inverse ------------------------------------------------------------------
 def right_inverse(u, loc, upper):
     return -torch.logaddexp(-upper, -(loc - torch.log(-torch.log(u))))

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import numpy as np
 import torch
@@ -62,7 +63,26 @@ def _check_max_sampler(sampler):
                 "for logits = [0, -inf, 0] the sampler returned the impossible class 1.",
                 hint="-inf + G is -inf, which never wins an argmax as long as G is finite: "
                      "keep U away from 0 and 1 (clamp it), so that G is never +inf.")
-    return 2
+    # torch.rand draws from [0, 1), and U = 0 does come out (once in 2^24 float32 draws). An
+    # unclamped sampler turns it into G = -inf; if that hits the only possible class of a row,
+    # every score is -inf and argmax returns index 0 -- here the impossible class. Such a rare
+    # event cannot be sampled in a check, so we make torch.rand return zeros while the learner's
+    # function runs (a sampler that does not use torch.rand is not affected and passes).
+    real_rand = torch.rand
+
+    def zero_rand(*args, **kwargs):
+        return torch.zeros_like(real_rand(*args, **kwargs))
+
+    desc = "logits = [-inf, 0] while torch.rand returns 0"
+    lg = torch.tensor([-math.inf, 0.0], dtype=torch.float64).expand(8, 2).clone()
+    with mock.patch.object(torch, "rand", zero_rand):
+        idx = call(sampler, lg, torch.Generator().manual_seed(3), input_desc=desc)
+    expect_true(bool((torch.as_tensor(idx) == 1).all()),
+                "when torch.rand returns 0 (it samples [0, 1), so it can), your sampler returned "
+                "the impossible class 0 for logits = [-inf, 0].",
+                hint="at U = 0, -log(-log U) is -inf: every score becomes -inf and argmax picks "
+                     "index 0. Clamp U to [tiny, 1 - eps/2] (torch.finfo) before the logs.")
+    return 3
 
 
 # ------------------------------------------------------------------------------------------------
