@@ -207,6 +207,11 @@ def _check_state(state, rows: int, what: str, func: str) -> None:
             )
 
 
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    # torch.device("cuda") (the current device) and torch.device("cuda:0") name the same place.
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
 class _Stepper:
     """Calls ``step_fn`` and checks what it returns; remembers ``V`` and the dtype."""
 
@@ -254,7 +259,7 @@ class _Stepper:
                 f"{func}: argument 'step_fn' returned {log_probs.shape[1]} log-probabilities per "
                 f"prefix, but {self.vocab} at the first step; the vocabulary size must not change"
             )
-        if log_probs.device != self.device:
+        if not _same_device(log_probs.device, self.device):
             raise ValueError(
                 f"{func}: argument 'step_fn' returned log-probabilities on {log_probs.device}, "
                 f"but the search runs on {self.device} (pass device=...)"
