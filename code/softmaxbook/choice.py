@@ -519,7 +519,7 @@ def _draw_starts(S, K, generator, device, dtype):
 
 
 def fit_rw(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_max=100.0,
-           max_iter=100, gtol=1e-6, initial_value=0.0):
+           max_iter=100, gtol=1e-9, initial_value=0.0):
     """Maximum-likelihood α and β for every participant at once, from several starting points.
 
     Method. Each (participant, start) pair is an independent 2-parameter problem, so all of them
@@ -551,7 +551,9 @@ def fit_rw(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_ma
         Iteration limit.
     gtol : float
         A pair has converged when the largest gradient component in (a, b) is below ``gtol``
-        times ``(1 + |ℓ|)``, or when an accepted step changes ℓ by less than 1e-13 (1 + |ℓ|).
+        times ``(1 + |ℓ|)``, when the Newton step predicts a gain below 1e-11 (1 + |ℓ|), when an
+        accepted step changes ℓ by less than 1e-12 (1 + |ℓ|), or when five iterations together
+        gained less than 1e-9 (1 + |ℓ|) (a crawl towards a supremum on the box).
     initial_value : float
         Value of both options before trial 0.
 
@@ -644,7 +646,8 @@ def _step(g, h, radius, fixed):
     H is indefinite (far from the optimum) it still goes uphill, and, unlike the Fisher
     (Gauss–Newton) matrix, it does not overstate the curvature near a saddle. ``g`` is the
     projected gradient; a coordinate held at the box (``fixed``) gets no step.
-    Returns the step and whether it was shortened. Dauphin et al. (2014); Nocedal & Wright
+    Returns the step, whether it was shortened, and ½ gᵀ|H|⁻¹g, the gain in ℓ that the
+    quadratic model predicts for the full step (half the squared Newton decrement). Dauphin et al. (2014); Nocedal & Wright
     (2006), ch. 4 and 6.3.
     """
     # with a coordinate held at the box, solve for the free one alone: drop the cross term
@@ -656,10 +659,11 @@ def _step(g, h, radius, fixed):
     coords = (evecs.transpose(-1, -2) @ g.unsqueeze(-1)).squeeze(-1) / absval
     step = (evecs @ coords.unsqueeze(-1)).squeeze(-1)
     step = step.masked_fill(fixed, 0.0)
+    gain = 0.5 * (g * step).sum(-1)  # the quadratic model's predicted gain of the full step
     norm = step.norm(dim=-1)
     short = norm > radius
     step = step * torch.where(short, radius / norm, torch.ones_like(norm)).unsqueeze(-1)
-    return step, short
+    return step, short, gain
 
 
 def _newton(choices, rewards, theta0_ab, K, initial_value, max_iter, gtol, beta_max):
@@ -711,7 +715,19 @@ def _newton(choices, rewards, theta0_ab, K, initial_value, max_iter, gtol, beta_
         pos = torch.searchsorted(data["cols"], active)  # both sorted
         th_a, ll_old, rad = theta[active], ll[active], radius[active]
         gp, fixed = _projected(th_a, g[active], lo, hi)
-        step, short = _step(gp, h[active], rad, fixed)
+        step, short, gain = _step(gp, h[active], rad, fixed)
+        # Newton-decrement test: nothing left to gain (within 1e-11 (1 + |ℓ|)). Unlike a test on
+        # |g| alone it also holds when ℓ creeps towards a supremum at the box (α → 1, say), where
+        # the gradient is small but so is the curvature, and the remaining gain is about |g|.
+        small = gain < 1e-11 * (1 + ll_old.abs())
+        if bool(small.any()):
+            converged[active[small]] = True
+            keep = ~small
+            active, pos, th_a, ll_old, rad = active[keep], pos[keep], th_a[keep], ll_old[keep], \
+                rad[keep]
+            step, short = step[keep], short[keep]
+            if active.numel() == 0:
+                break
         th_new = torch.minimum(torch.maximum(th_a + step, lo), hi)
         ll_new, g_new, h_new = evaluate(th_new, pos)
         # accept if ℓ did not go down (a few ulps of |ℓ| absorb rounding)
