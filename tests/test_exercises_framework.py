@@ -12,8 +12,9 @@ def normalise(w):
 
 
 def test_right_answer_passes_and_prints(capsys):
-    assert check("template-normalise", normalise) is True
-    assert "✓ Exercise template-normalise" in capsys.readouterr().out
+    result = check("template-normalise", normalise)
+    assert result and "✓ Exercise template-normalise" in capsys.readouterr().out
+    assert result._ipython_display_() is None and "correct" in repr(result)
 
 
 def test_stub_and_missing_answers_fail_helpfully():

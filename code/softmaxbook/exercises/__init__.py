@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 
 __all__ = [
+    "CheckPassed",
     "ExerciseCheckFailed",
     "check",
     "exercise",
@@ -113,8 +114,29 @@ def _fail(message: str, hint: str | None = None):
     raise ExerciseCheckFailed(text)
 
 
-def check(label: str, answer: Any) -> bool:
-    """Check the learner's ``answer`` to exercise ``label``; print a line and return True if right.
+class CheckPassed:
+    """What :func:`check` returns for a right answer: truthy, and silent in Jupyter.
+
+    The ✓ line is printed by :func:`check`; in a notebook this object then displays nothing (no
+    stray ``True`` under the message), while ``assert check(...)`` still works in scripts and tests.
+    """
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return self.message
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+def check(label: str, answer: Any) -> CheckPassed:
+    """Check the learner's ``answer`` to exercise ``label``; print a line and return a truthy
+    :class:`CheckPassed` if it is right.
 
     Raises
     ------
@@ -129,8 +151,9 @@ def check(label: str, answer: Any) -> bool:
     finally:
         _current.pop()
     cases = f" on {n} test cases" if isinstance(n, int) and n > 1 else ""
-    print(f"✓ Exercise {label} ({ex.title}): correct{cases}.")
-    return True
+    message = f"✓ Exercise {label} ({ex.title}): correct{cases}."
+    print(message)
+    return CheckPassed(message)
 
 
 # ---------------------------------------------------------------------------------------------
