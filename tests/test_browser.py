@@ -165,6 +165,16 @@ def test_images_load(visits, page):
     assert broken == [], f"{page}: images that did not load: {broken}"
 
 
+@pytest.mark.parametrize("page", PAGES)
+def test_in_page_links_resolve(visits, page):
+    """Every link to an anchor on the same page (equations, footnote citations) has a target."""
+    v = visits(page)
+    dangling = v.page.evaluate("""() => Array.from(document.querySelectorAll('a[href^="#"]'))
+        .map(a => decodeURIComponent(a.getAttribute('href').slice(1)))
+        .filter(id => id && !document.getElementById(id))""")
+    assert dangling == [], f"{page}: links to missing anchors {sorted(set(dangling))}"
+
+
 @pytest.mark.parametrize("page", [p for p in PAGES if Path(ROOT / (p + ".ipynb")).exists()])
 def test_solution_dropdown_opens(visits, page):
     v = visits(page)
