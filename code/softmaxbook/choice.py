@@ -398,51 +398,71 @@ def _derivatives(alpha, beta, y, r, initial_value, order, onehot=None):
     dev, dtype = alpha.device, alpha.dtype
     M = torch.stack((1 - y, y), dim=1) if onehot is None else onehot  # [T, 2, N]
     n_state = 1 + min(order, 2)
-    # buf[t, 0] = V[t], buf[t, 1] = D[t], buf[t, 2] = F[t]; each [2 options, N]
-    buf = torch.empty((T + 1, n_state, 2, N), device=dev, dtype=dtype)
-    buf[0, 0] = initial_value
-    buf[0, 1:] = 0.0  # V[0] does not depend on α
-    # unbind once: indexing buf[t, k] inside the loop costs more than the arithmetic
-    rows = [row.unbind(0) for row in buf.unbind(0)]
-    for m, r_t, (V, *sens), nxt in zip(M.unbind(0), r.unbind(0), rows[:-1], rows[1:]):
-        pe = r_t - V  # prediction error of both options; only the chosen one is used
-        if order >= 2:
-            # F = ½ ∂²V/∂α²: from V' = V + m α (r − V), F' = F − m (D + α F)
-            D, Fh = sens
-            torch.addcmul(Fh, m, torch.addcmul(D, alpha, Fh), value=-1, out=nxt[2])
+    # State Z = (V, D, F), each [2 options, N], stored as buf[k, 1:] with a slot of zeros in
+    # front, buf[k, 0] = 0, so that buf[k, :-1] = (0, V, D) is Z "shifted by one" for free.
+    # For the chosen option the three updates (see the docstring) are
+    #   V' = V − (αV − αr),   D' = D − (V + αD − r),   F' = F − (D + αF),
+    # i.e. Z' = Z − m ⊙ (shift(Z) + α Z − R) with R = (α r, r, 0): three tensor operations per
+    # trial for all learners and all three recursions together (the loop is dispatch-bound).
+    # Trials are processed in blocks of B: the recursion fills B rows of a small buffer, then
+    # the block's contributions to ℓ, gradient and Hessian are added while those rows are
+    # still in cache (on the full [T, N] arrays the same arithmetic is memory-bound).
+    B = max(32, min(T, 65536 // max(N, 1)))  # ~0.5 MB per [B, N] float64 array
+    buf = torch.empty((B + 1, n_state + 1, 2, N), device=dev, dtype=dtype)
+    buf[:, 0] = 0.0
+    buf[0, 1] = initial_value
+    buf[0, 2:] = 0.0  # V[0] does not depend on α
+    shifted = buf[:, :-1].unbind(0)  # unbind once: indexing inside the loop costs more
+    state = buf[:, 1:].unbind(0)
+    W = torch.empty_like(state[0])
+    n_r = min(n_state, 2)
+    W_head = W[:n_r]
+    ll = torch.zeros(N, device=dev, dtype=dtype)
+    log_prod = torch.zeros(N, device=dev, dtype=dtype)
+    G = torch.zeros(n_state * N, device=dev, dtype=dtype)  # Σ_t (y_t − p_t) X_t
+    Sw = torch.zeros(3 * N, device=dev, dtype=dtype)  # Σ_t w_t (ΔD², ΔD ΔV, ΔV²)
+    for start in range(0, T, B):
+        nb = min(B, T - start)
+        blk = slice(start, start + nb)
+        r_b = r[blk]
+        R = torch.stack((alpha * r_b, r_b), dim=1)[:, :n_r].unsqueeze(2)  # [nb, ≤2, 1, N]
+        for k, (m, R_t) in enumerate(zip(M[blk].unbind(0), R.unbind(0))):
+            torch.addcmul(shifted[k], state[k], alpha, out=W)  # shift(Z) + α Z
+            W_head.sub_(R_t)
+            # only the chosen option (m = 1) moves; the other keeps its value *and* its
+            # sensitivities
+            torch.addcmul(state[k], m, W, value=-1, out=state[k + 1])
+        # rows 0 … nb−1 hold the state before trials start … start+nb−1
+        X = buf[:nb, 1:, 1] - buf[:nb, 1:, 0]  # [nb, n_state, N]: ΔV, ∂ΔV/∂α, ½ ∂²ΔV/∂α²
+        y_b = y[blk]
+        ones = torch.ones(nb, device=dev, dtype=dtype)
+        dV = X[:, 0]
+        eta = beta * dV  # logit of p_t
+        # log σ(z) = −relu(−z) − log(1 + e^{−|z|}) with z = ±η: exact for any η (log(sigmoid(η))
+        # would give log 0 for η < −745). The log(1 + e^{−|η|}) terms are summed as the log of
+        # their product: each factor is in [1, 2], so a block's product cannot overflow, and
+        # one log per learner and block replaces B (log1p is the slowest operation here).
+        e = torch.exp(-eta.abs())
+        ll -= ones @ torch.relu((1 - 2 * y_b) * eta)
+        log_prod += torch.log((1 + e).prod(0))
         if order >= 1:
-            # D' = D + m (r − V − α D): the unchosen option (m = 0) keeps its sensitivity
-            D = sens[0]
-            torch.addcmul(D, m, torch.addcmul(pe, alpha, D, value=-1), out=nxt[1])
-        torch.addcmul(V, m, alpha * pe, out=nxt[0])
-    X = buf[:T, :, 1] - buf[:T, :, 0]  # [T, n_state, N]: ΔV_t, ∂ΔV_t/∂α, ½ ∂²ΔV_t/∂α²
-    dV = X[:, 0]
-    eta = beta * dV  # logit of p_t
-    ones = torch.ones(T, device=dev, dtype=dtype)
-    # log σ(z) = −relu(−z) − log(1 + e^{−|z|}) with z = ±η, exact for any η (log(sigmoid(η))
-    # would give log 0 for η < −745). Σ_t log(1 + e_t) is taken as the log of a product: each
-    # factor is in [1, 2], so the product of T ≤ 1000 factors cannot overflow, and one log per
-    # learner replaces T (log1p is the most expensive operation here).
-    one_plus = 1 + torch.exp(-eta.abs())
-    z = (1 - 2 * y) * eta  # −z above
-    if T <= 1000:
-        ll = -(ones @ torch.relu(z)) - torch.log(one_plus.prod(0))
-    else:
-        ll = -(ones @ (torch.relu(z) + torch.log(one_plus)))
+            p = torch.sigmoid(eta)
+            res = y_b - p  # ∂ℓ_t/∂η_t
+            G += ones @ (res.unsqueeze(1) * X).reshape(nb, -1)
+        if order >= 2:
+            w = p - p * p  # p (1 − p) = −∂²ℓ_t/∂η_t²
+            dD = X[:, 1]
+            wdD = w * dD
+            Sw += ones @ torch.stack((wdD * dD, wdD * dV, w * dV * dV), 1).reshape(nb, -1)
+        buf[0].copy_(buf[nb])  # the state before the next block's first trial
+    ll = ll - log_prod
     if order == 0:
         return ll
-    p = torch.sigmoid(eta)
-    res = y - p  # ∂ℓ_t/∂η_t
-    G = ones @ (res.unsqueeze(1) * X).reshape(T, -1)  # Σ_t res_t X_t, [n_state · N]
     g_a = beta * G[N:2 * N]  # η_α = β ∂ΔV/∂α
     g_b = G[:N]  # η_β = ΔV
     if order == 1:
         return ll, (g_a, g_b)
-    dD = X[:, 1]
-    w = p - p * p  # p (1 − p) = −∂²ℓ_t/∂η_t²
-    wdD = w * dD
-    S = ones @ torch.stack((wdD * dD, wdD * dV, w * dV * dV), 1).reshape(T, -1)
-    S_dd, S_dv, S_vv = S[:N], S[N:2 * N], S[2 * N:]
+    S_dd, S_dv, S_vv = Sw[:N], Sw[N:2 * N], Sw[2 * N:]
     # H = −Σ w ∇η ∇ηᵀ + Σ (y − p) ∇²η with η_αα = β ∂²ΔV/∂α² = 2 β ΔF, η_αβ = ∂ΔV/∂α, η_ββ = 0
     h_aa = beta * (2 * G[2 * N:] - beta * S_dd)
     h_ab = G[N:2 * N] - beta * S_dv
@@ -525,16 +545,17 @@ def fit_rw(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_ma
     Method. Each (participant, start) pair is an independent 2-parameter problem, so all of them
     are optimised together as one batch: one pass over the trials computes, for every pair, ℓ,
     its gradient and its exact Hessian by forward sensitivities (``∂V/∂α`` and ``∂²V/∂α²``).
-    The optimiser is Newton's method with Levenberg–Marquardt damping in the unconstrained
-    coordinates ``a = logit α``, ``b = log β``. Why Newton rather than L-BFGS or projected
-    gradient: with two parameters the exact Hessian costs only one extra recursion and a 2×2
-    solve, Newton converges quadratically near the optimum (so the optimum agrees with a
-    per-participant SciPy fit to ~1e-9), and every iteration needs exactly one pass over the
-    trials, where a batched line search would need a varying number per participant. Where
-    the Hessian is not negative definite (far from the optimum) the step uses the Fisher
-    (Gauss–Newton) matrix ``Σ_t p_t (1−p_t) ∇η_t ∇η_tᵀ``, which always is; a step that lowers ℓ
-    is rejected and retried with more damping, so ℓ never decreases. Converged pairs leave the
-    batch. Finally the start with the largest ℓ is kept per participant.
+    The optimiser is a trust-region Newton method in the unconstrained coordinates
+    ``a = logit α``, ``b = log β`` (kept in a box: ``|a| ≤ 15``, ``β ≤ beta_max``). Why Newton
+    rather than batched L-BFGS or projected gradient: with two parameters the exact Hessian
+    costs one extra recursion and a 2×2 eigen-decomposition, Newton converges quadratically near
+    the optimum (so the optimum agrees with a per-participant SciPy fit to rounding), and every
+    iteration needs exactly one pass over the trials, where a batched line search would need a
+    different number of passes per participant. Where the Hessian is not negative definite (far
+    from the optimum) the step is "saddle-free": its eigenvalues are replaced by their absolute
+    values, so the step still goes uphill. A step that lowers ℓ is rejected and the trust
+    radius shrinks, so ℓ never decreases. Converged pairs leave the batch. Finally the start
+    with the largest ℓ is kept per participant. Speed: see ``benchmarks/bench_choice.py``.
 
     Parameters
     ----------
@@ -547,12 +568,15 @@ def fit_rw(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_ma
         Source of the random starts.
     starts : Tensor [S, K, 2], optional
         Explicit starting points ``(α, β)`` (α in (0, 1), β > 0).
+    beta_max : float
+        Upper bound on β. Participants whose choices are all predictable have no finite
+        maximum (ℓ keeps rising as β → ∞); their fits stop at this bound, which flags them.
     max_iter : int
         Iteration limit.
     gtol : float
         A pair has converged when the largest gradient component in (a, b) is below ``gtol``
         times ``(1 + |ℓ|)``, when the Newton step predicts a gain below 1e-11 (1 + |ℓ|), when an
-        accepted step changes ℓ by less than 1e-12 (1 + |ℓ|), or when five iterations together
+        accepted step changes ℓ by less than 1e-12 (1 + |ℓ|), or when three iterations together
         gained less than 1e-9 (1 + |ℓ|) (a crawl towards a supremum on the box).
     initial_value : float
         Value of both options before trial 0.
@@ -566,7 +590,7 @@ def fit_rw(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_ma
     References
     ----------
     Wilson & Collins (2019), rule 5 ("fit with restarts"); Daw (2011); Nocedal & Wright (2006),
-    ch. 4 and 10 (Levenberg–Marquardt).
+    ch. 4 (trust regions); Dauphin et al. (2014) (saddle-free Newton).
     """
     func = "fit_rw"
     choices, rewards = _check_data(choices, rewards, func)
@@ -750,8 +774,8 @@ def _newton(choices, rewards, theta0_ab, K, initial_value, max_iter, gtol, beta_
             # ~1e-13 there, so accept/reject flips on rounding noise)
             | (radius[active] < 1e-9)
         )
-        if n_iter % 5 == 0:
-            # stalled: five iterations gained less than 1e-9 (1 + |ℓ|) in total. This ends the
+        if n_iter % 3 == 0:
+            # stalled: three iterations gained less than 1e-9 (1 + |ℓ|) in total. This ends the
             # slow crawl along a curved ridge towards a supremum at β → ∞, where the remaining
             # gain is below that (W&C 2019 rule 5: such fits are flagged by their huge β).
             done |= (ll[active] - ll_mark[active]) <= 1e-9 * scale
