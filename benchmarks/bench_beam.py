@@ -3,8 +3,9 @@
 Prints median times (functions run interleaved in the same process) and ratios:
 
 * ``stochastic_beam_search / beam_search``: same step function, same k. Stochastic beam search
-  keeps k + 1 nodes (the (k+1)-th gives κ for the estimators) and draws V Gumbels per open node,
-  so it pays for one more row per input in every model call plus the noise. No ``eos``: both
+  keeps k + 1 nodes (the (k+1)-th gives κ for the estimators) and draws V Gumbels per open node
+  (conditioning only each node's k + 1 best on the parent's value), so it pays for one more row
+  per input in every model call plus the noise. No ``eos``: both
   searches then do the same max_len steps on full beams (with an ``eos`` they would follow
   different paths and stop at different steps, and the ratio would measure that). Measured on
   four models: a bigram table lookup (the search's own overhead dominates), a stateless MLP on the

@@ -140,9 +140,13 @@ def set_test(model, k, max_len, n, seed, eos=0):
     return p, tv, res, enum, idx
 
 
-def resampled_parent(loc, maximum, *, generator=None):
-    """BROKEN: children get fresh Gumbels, ignoring their parent's perturbed value."""
-    return loc + sample_gumbel(loc.shape, generator=generator, dtype=loc.dtype)
+def resampled_parent_top(loc, maximum, m, generator):
+    """BROKEN: children get fresh Gumbels, ignoring their parent's perturbed value.
+
+    Stands in for ``softmaxbook.gumbel._gumbel_with_max_top``, which the search calls: the ``m``
+    largest perturbed children of each node and their indices.
+    """
+    return (loc + sample_gumbel(loc.shape, generator=generator, dtype=loc.dtype)).topk(m, dim=-1)
 
 
 def root_at_zero(shape, *, generator=None, dtype=None, device=None):
@@ -385,7 +389,7 @@ def test_sampled_sets_follow_sampling_without_replacement(model, k, max_len):
 
 
 def test_set_test_rejects_children_that_ignore_their_parent(monkeypatch):
-    monkeypatch.setattr(beam, "gumbel_with_max", resampled_parent)
+    monkeypatch.setattr(beam, "_gumbel_with_max_top", resampled_parent_top)
     for model, k, max_len in [(MODEL_B, 2, 2), (MODEL_A, 2, 3)]:
         p, tv, *_ = set_test(Bigram(model), k, max_len, n=20_000, seed=1)
         assert p < P_CUT, f"the broken sampler passed: p = {p:.2e}, TV = {tv:.4f}"

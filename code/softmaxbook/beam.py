@@ -85,7 +85,7 @@ from softmaxbook._validate import (
     check_no_posinf,
     check_positive_number,
 )
-from softmaxbook.gumbel import gumbel_with_max, sample_gumbel
+from softmaxbook.gumbel import _gumbel_with_max_top, gumbel_with_max, sample_gumbel
 
 __all__ = [
     "PAD",
@@ -344,33 +344,51 @@ def _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator,
                 score = sample_gumbel((B, 1), generator=generator, dtype=lp.dtype, device=device)
             else:
                 score = logp
-        # Candidates: V children per open node, plus column V, the pseudo-child of a leaf.
+        # Candidates: children of every open node, plus a last column, the pseudo-child of a
+        # leaf (the leaf itself, with its own φ and score).
         n_nodes = B * K
         all_open = active_flat.numel() == n_nodes  # the common case: no scatter needed
         flat_logp, flat_score = logp.flatten(), score.flatten()
         ninf = torch.tensor(-math.inf, dtype=lp.dtype, device=device)
         leaf = (finished & (logp > -math.inf)).flatten()
-        if not all_open:  # rows of nodes that are not expanded get -inf children
-            lp = torch.full((n_nodes, V), -math.inf, dtype=lp.dtype,
-                            device=device).index_copy_(0, active_flat, lp)
-        child_logp = torch.cat(  # φ_S' = φ_S + log p(y | S)
-            [flat_logp.unsqueeze(1) + lp, torch.where(leaf, flat_logp, ninf).unsqueeze(1)], dim=1)
+        leaf_logp = torch.where(leaf, flat_logp, ninf).unsqueeze(1)
         if stochastic:
             # Children's Gumbels conditioned on their maximum being the parent's perturbed
-            # value (Kool et al. 2019, eq. 9/10; computed stably in softmaxbook.gumbel).
-            if all_open:
-                g = gumbel_with_max(child_logp[:, :V], flat_score, generator=generator)
-            else:
-                g = torch.full((n_nodes, V), -math.inf, dtype=lp.dtype, device=device).index_copy_(
-                    0, active_flat, gumbel_with_max(child_logp[active_flat, :V],
-                                                    flat_score[active_flat], generator=generator))
-            child_score = torch.cat([g, torch.where(leaf, flat_score, ninf).unsqueeze(1)], dim=1)
+            # value (Kool et al. 2019, eq. 9/10; computed stably in softmaxbook.gumbel). Only
+            # the `width` best children of a node can enter the beam, and conditioning on the
+            # maximum keeps the order of a node's children, so we draw all V Gumbels but
+            # condition (and compete with) just the top `width` of each node.
+            m = min(width, V)
+            loc = flat_logp.index_select(0, active_flat).unsqueeze(1) + lp  # φ_S' = φ_S + log p
+            g, tok_m = _gumbel_with_max_top(
+                loc, flat_score.index_select(0, active_flat).unsqueeze(1), m, generator)
+            lp_m = loc.gather(1, tok_m)
+            if not all_open:  # nodes that are not expanded get -inf children
+                fill = torch.full((n_nodes, m), -math.inf, dtype=lp.dtype, device=device)
+                g = fill.index_copy(0, active_flat, g)
+                lp_m = fill.index_copy(0, active_flat, lp_m)
+                tok_m = torch.zeros((n_nodes, m), dtype=torch.long, device=device).index_copy_(
+                    0, active_flat, tok_m)
+            cols = m + 1
+            child_logp = torch.cat([lp_m, leaf_logp], dim=1)
+            child_score = torch.cat(
+                [g, torch.where(leaf, flat_score, ninf).unsqueeze(1)], dim=1)
+            child_tok = torch.cat(
+                [tok_m, torch.full((n_nodes, 1), V, dtype=torch.long, device=device)], dim=1)
         else:
+            if not all_open:  # rows of nodes that are not expanded get -inf children
+                lp = torch.full((n_nodes, V), -math.inf, dtype=lp.dtype,
+                                device=device).index_copy_(0, active_flat, lp)
+            cols = V + 1
+            child_logp = torch.cat([flat_logp.unsqueeze(1) + lp, leaf_logp], dim=1)
             child_score = child_logp
-        cand = child_score.view(B, K * (V + 1))
-        top_score, top_idx = cand.topk(min(width, K * (V + 1)), dim=1)  # sorted, decreasing
-        parent = torch.div(top_idx, V + 1, rounding_mode="floor")
-        tok = top_idx % (V + 1)
+        cand = child_score.view(B, K * cols)
+        top_score, top_idx = cand.topk(min(width, K * cols), dim=1)  # sorted, decreasing
+        parent = torch.div(top_idx, cols, rounding_mode="floor")
+        if stochastic:
+            tok = child_tok.view(B, -1).gather(1, top_idx)
+        else:
+            tok = top_idx % cols
         new_logp = child_logp.view(B, -1).gather(1, top_idx)
         impossible = top_score == -math.inf  # fewer than `width` candidates of positive prob.
         new_logp = new_logp.masked_fill(impossible, -math.inf)
@@ -494,7 +512,9 @@ def stochastic_beam_search(step_fn: Callable, k: int, max_len: int, *, eos: int 
     References
     ----------
     Kool, van Hoof & Welling (2019), Algorithm 1; the stable conditioning of their code
-    (``gumbel_with_maximum``), here :func:`softmaxbook.gumbel.gumbel_with_max`.
+    (``gumbel_with_maximum``), here :func:`softmaxbook.gumbel.gumbel_with_max`, applied to each
+    node's ``k + 1`` best children only (the conditioning keeps their order, and no other child
+    can enter the beam).
     """
     return _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator, True,
                    "stochastic_beam_search")
@@ -509,8 +529,7 @@ def stochastic_beam_search_reference(step_fn: Callable, k: int, max_len: int, *,
     A readable reference (and the peer in the benchmark): the beam is a Python list of
     ``(tokens, φ, G)`` triples, the model is called once per open node with a ``[1, t]``
     prefix, and the candidates are sorted with ``sorted``. It consumes random numbers in the
-    same order as the vectorised version (one ``gumbel_with_max`` draw of ``V`` values per open
-    node, beam order), so with equal generators both return the same sequences. Stateless
+    same order as the vectorised version (``V`` Gumbels per open node, beam order), so with equal generators both return the same sequences. Stateless
     models and a single input only.
 
     Returns a :class:`StochasticBeamSearchResult` without batch dimension.
