@@ -186,3 +186,25 @@ def test_solution_dropdown_opens(visits, page):
     first.locator(".admonition-title").click()
     body.wait_for(state="visible", timeout=5000)
     assert len(body.inner_text().strip()) > 0, f"{page}: the opened solution shows no text"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_code_fits_the_page(visits, page):
+    """At 1280 px no code cell, output or solution code scrolls sideways.
+
+    Chapter code lines are kept to 76 columns (74 in solutions, whose box is narrower; see
+    book/_static/book.css). Every solution dropdown is opened first, so that its code is laid out.
+    """
+    v = visits(page)
+    titles = v.page.locator("div.solution.dropdown .admonition-title")
+    for i in range(titles.count()):
+        body = v.page.locator("div.solution.dropdown").nth(i).locator(
+            "section, .admonition-title ~ *").first
+        if not body.is_visible():
+            titles.nth(i).click()
+            body.wait_for(state="visible", timeout=5000)
+    wide = v.page.evaluate("""() => Array.from(document.querySelectorAll('div.highlight pre'))
+        .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+        .map(pre => pre.textContent.split('\\n')
+                       .reduce((a, line) => line.length > a.length ? line : a, ''))""")
+    assert wide == [], f"{page}: code blocks that scroll sideways; their longest lines: {wide}"

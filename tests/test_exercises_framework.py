@@ -65,3 +65,16 @@ def test_expect_close_reports_nan_and_shape():
     expect_close(torch.tensor([1.0, 2.0]), [1.0, 2.0 + 1e-9], input_desc="x")
     assert describe(torch.arange(20.0)).startswith("tensor([0, 1, 2")
     assert "shape (20,)" in describe(torch.arange(20.0))
+
+
+def test_messages_are_wrapped_to_the_code_width(capsys):
+    # The ✓ line and the ✗ message appear under code cells on the book's pages: no line may be
+    # wider than the book's code (76 columns), or it scrolls sideways.
+    from softmaxbook.exercises import _wrap
+
+    text = _wrap("✗ Exercise x (a title): for input " + "word " * 40 + "\n  expected 1\nHint: "
+                 + "hint " * 30)
+    lines = text.split("\n")
+    assert max(map(len, lines)) <= 76 and len(lines) > 4
+    assert lines[1].startswith("  ") and "  expected 1" in lines
+    assert " ".join(text.split()).count("word") == 40

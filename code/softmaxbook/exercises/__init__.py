@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -49,7 +50,18 @@ class ExerciseCheckFailed(AssertionError):
     """Raised by :func:`check` when an answer is not (yet) right; the message says why."""
 
     def _render_traceback_(self):  # IPython shows this instead of a traceback
-        return [f"\x1b[31m✗ {self.args[0]}\x1b[0m"]
+        return [f"\x1b[31m{_wrap('✗ ' + self.args[0])}\x1b[0m"]
+
+
+def _wrap(text: str, width: int = 76) -> str:
+    """Wrap each line of a message to ``width`` columns (the book's code width), continuation
+    lines indented two spaces more than the line they continue."""
+    out = []
+    for line in text.split("\n"):
+        indent = line[:len(line) - len(line.lstrip(" "))]
+        out.append(textwrap.fill(line, width=width, subsequent_indent=indent + "  ",
+                                 break_long_words=False, break_on_hyphens=False) or line)
+    return "\n".join(out)
 
 
 @dataclass(frozen=True)
@@ -152,7 +164,8 @@ def check(label: str, answer: Any) -> CheckPassed:
         _current.pop()
     cases = f" on {n} test cases" if isinstance(n, int) and n > 1 else ""
     message = f"✓ Exercise {label} ({ex.title}): correct{cases}."
-    print(message)
+    # Wrapped to the width of the book's code lines, so the line does not scroll on the page.
+    print(_wrap(message))
     return CheckPassed(message)
 
 
