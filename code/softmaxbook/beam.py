@@ -529,8 +529,8 @@ def stochastic_beam_search_reference(step_fn: Callable, k: int, max_len: int, *,
     A readable reference (and the peer in the benchmark): the beam is a Python list of
     ``(tokens, φ, G)`` triples, the model is called once per open node with a ``[1, t]``
     prefix, and the candidates are sorted with ``sorted``. It consumes random numbers in the
-    same order as the vectorised version (``V`` Gumbels per open node, beam order), so with equal generators both return the same sequences. Stateless
-    models and a single input only.
+    same order as the vectorised version (``V`` Gumbels per open node, beam order), so with
+    equal generators both return the same sequences. Stateless models and a single input only.
 
     Returns a :class:`StochasticBeamSearchResult` without batch dimension.
     """

@@ -338,18 +338,6 @@ def gumbel_with_max(loc: torch.Tensor, maximum: torch.Tensor, *, generator=None)
             f"{func}: argument 'loc' has a row with no possible item (all -inf) at batch index "
             f"{row} but a finite 'maximum'; no Gumbels can have that maximum"
         )
-    return _condition_on_max(g, z, t)
-
-
-def _condition_on_max(g: torch.Tensor, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """Map Gumbels ``g`` whose row maximum is ``z`` to Gumbels whose row maximum is ``t``.
-
-    ``z`` and ``t`` have a last dimension of 1. No argument checks (internal). The map
-    ``G -> -log(e^-T - e^-Z + e^-G)`` is increasing in ``G`` for fixed ``T`` and ``Z``, so it keeps
-    the order within a row: a caller that needs only the largest entries of a row may transform
-    just those (stochastic beam search does, see ``_gumbel_with_max_top``).
-    """
-    t_dead = t == -math.inf
     t_safe = torch.where(t_dead, torch.zeros_like(t), t)
     z_safe = torch.where(z == -math.inf, torch.zeros_like(z), z)
     d = g - z_safe  # <= 0; exactly 0 at the argmax
@@ -373,7 +361,8 @@ def _gumbel_with_max_top(loc: torch.Tensor, t: torch.Tensor, m: int, generator):
 
     Returns ``(values, indices)``, ``[..., m]`` each, values in decreasing order: the same values
     ``gumbel_with_max`` gives those entries for the same generator state (the same noise is
-    drawn), because conditioning on the maximum is a monotone map per row. Only the top ``m``
+    drawn), because conditioning on the maximum is a monotone map per row (``G -> -log(e^-T -
+    e^-Z + e^-G)`` increases with ``G`` for fixed ``T`` and ``Z``). Only the top ``m``
     go through the conditioning arithmetic, which for a beam of ``k`` over a vocabulary of ``V``
     saves about ``V / (k + 1)`` of that work. ``t`` has a last dimension of 1 and is finite;
     every row of ``loc`` has a finite entry (stochastic beam search only expands such nodes). No
@@ -381,7 +370,7 @@ def _gumbel_with_max_top(loc: torch.Tensor, t: torch.Tensor, m: int, generator):
     """
     g = _standard_gumbel(loc.shape, loc.dtype, loc.device, generator).add_(loc)
     top, idx = g.topk(m, dim=-1)  # sorted, decreasing: top[..., :1] is the row maximum Z
-    # _condition_on_max for this case with fewer (tiny, dispatch-bound) operations: column 0 is
+    # gumbel_with_max's arithmetic with fewer (tiny, dispatch-bound) operations: column 0 is
     # the maximum and becomes T exactly; with T and Z finite no guards are needed. The others
     # are the same arithmetic, hence the same bits; an impossible child (-inf) gives v = +inf and
     # -inf, and a tie with the maximum gives log1mexp(0) = -inf, v = -inf and T, as it should.
