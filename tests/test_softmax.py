@@ -107,6 +107,32 @@ def test_near_certain_class_keeps_its_digits():
     assert cross_entropy(x[None], torch.tensor([0])).item() == pytest.approx(-expected, rel=1e-7)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dim", [-1, 1])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("all_certain", [False, True])
+def test_near_certain_slices_get_the_exact_top_entry(dtype, dim, temperature, all_certain):
+    # The lean repair of near-certain slices (_repair_top: every slice, as slices, or some, by
+    # index; any dim) must give the bits of the exact algorithm, and leave its input alone.
+    x = torch.randn(6, 50, 3, generator=gen(7), dtype=torch.float64).mul(3).to(dtype)
+    x = x.movedim(1, dim).contiguous()  # categories along `dim`
+    xv = x.movedim(dim, -1)  # a view of x with the categories last, [6, 3, 50]
+    if all_certain:
+        xv[..., 4] += 20.0
+    xv[0, :, 9] += 25.0  # certain slices in any case
+    xv[1] = -math.inf
+    xv[1, :, 0] = 0.0  # one possible class: log p = 0 exactly
+    before = x.clone()
+    got = log_softmax(x, dim=dim, temperature=temperature)
+    assert torch.equal(x, before)
+    exact = log_softmax(x, dim=dim, temperature=temperature, exact=True)
+    top = x.argmax(dim=dim, keepdim=True)
+    certain = exact.amax(dim=dim, keepdim=True) > -math.log(2.0)
+    assert certain.any() and (certain.all() or not all_certain)
+    assert torch.equal(got.gather(dim, top)[certain], exact.gather(dim, top)[certain])
+    assert (got.gather(dim, top)[certain] < 0).sum() > 0  # not rounded to 0 as torch does
+
+
 def test_logsumexp_cancellation_near_zero():
     # max = -10 and log(sum) = 10 + 1e-4 almost cancel: the result is small and must be relative
     x = torch.full((22027,), -10.0)

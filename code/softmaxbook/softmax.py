@@ -161,9 +161,8 @@ def _repair(x: torch.Tensor, out: torch.Tensor, dim: int, rows: torch.Tensor, ki
     """Overwrite, in place, the slices of ``out`` selected by the boolean mask ``rows`` (shape of
     ``x`` without ``dim``) with the exact values computed from ``x`` by :func:`_exact`.
 
-    ``kind`` is ``"softmax"``, ``"log_softmax"``, ``"log_softmax_top"`` (only the entry of the
-    largest logit is rewritten: the other entries of PyTorch's result are accurate) -- for these
-    ``out`` has the shape of ``x`` -- or ``"logsumexp"`` (``out`` has the shape of ``rows``). Works in chunks of about 4M entries so
+    ``kind`` is ``"softmax"`` or ``"log_softmax"`` -- for these ``out`` has the shape of ``x`` --
+    or ``"logsumexp"`` (``out`` has the shape of ``rows``). Works in chunks of about 4M entries so
     that the float64 temporaries stay small even when every slice is repaired.
     """
     xv = x.movedim(dim, -1)  # views: writing into ov writes into out
@@ -180,10 +179,45 @@ def _repair(x: torch.Tensor, out: torch.Tensor, dim: int, rows: torch.Tensor, ki
             ov[sel] = (d.exp() / (1.0 + s)).to(ov.dtype)
         elif kind == "log_softmax":
             ov[sel] = (d - torch.log1p(s)).to(ov.dtype)
-        elif kind == "log_softmax_top":
-            ov[sel + (k.squeeze(-1),)] = (-torch.log1p(s)).squeeze(-1).to(ov.dtype)
         else:
             ov[sel] = (shift + torch.log1p(s)).squeeze(-1).to(ov.dtype)
+
+
+def _repair_top(x: torch.Tensor, out: torch.Tensor, dim: int, rows: torch.Tensor,
+                temperature: float = 1.0) -> None:
+    """In the log-softmax ``out``, rewrite the top entry of each slice selected by ``rows`` with
+    the exact ``-log1p(s)`` (see :func:`_exact`); the other entries of PyTorch's result are
+    accurate there (see :func:`_log_softmax_forward`).
+
+    The same arithmetic as ``_exact``, hence the same bits, but lean, because on a trained
+    classifier nearly every slice is near-certain and takes this path: only ``s`` is formed, in
+    place, in blocks of 2^20 entries whose float64 temporaries stay in cache, and when every
+    slice of a 2-D tensor is selected the blocks are slices (no gathered copy). About 2.5 times
+    faster than ``_repair`` on 4096 x 32000 float32.
+    """
+    xv, ov = x.movedim(dim, -1), out.movedim(dim, -1)
+    if xv.dim() == 1:  # a single slice: give it a batch dimension of size 1
+        xv, ov, rows = xv.unsqueeze(0), ov.unsqueeze(0), rows.reshape(1)
+    chunk = max(1, (1 << 20) // xv.shape[-1])
+    exact_dtype = _exact_dtype(x.device)
+    if xv.dim() == 2 and bool(rows.all()):
+        blocks = [slice(a, a + chunk) for a in range(0, xv.shape[0], chunk)]
+    else:
+        idx = rows.nonzero(as_tuple=True)
+        blocks = [tuple(i[a:a + chunk] for i in idx) for a in range(0, idx[0].numel(), chunk)]
+    for sel in blocks:
+        # a copy in any case (clone when x is float64 already): the ops below work in place
+        d = xv[sel].to(exact_dtype, copy=True)
+        k = d.argmax(dim=-1, keepdim=True)
+        d.sub_(d.gather(-1, k))  # exact in float64 for float32 input (see _exact)
+        if temperature != 1.0:
+            d.div_(temperature)
+        d.exp_().scatter_(-1, k, 0.0)  # leave out the top term, exp(0) = 1 (eq. 3.3)
+        top = (-torch.log1p(d.sum(dim=-1, keepdim=True))).to(ov.dtype)
+        if isinstance(sel, slice):
+            ov[sel].scatter_(-1, k, top)  # a view: writes into out
+        else:
+            ov[sel + (k.squeeze(-1),)] = top.squeeze(-1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,7 +279,7 @@ def _log_softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: st
     # for the others (|d_j - log s| >= |d_j| and log s is accurate in absolute terms).
     rows = (top > -_LN2) & ~nan_rows
     if not exact and bool(rows.any()):
-        _repair(x, ls, dim, rows, "log_softmax_top", temperature)
+        _repair_top(x, ls, dim, rows, temperature)
     return ls
 
 
