@@ -133,6 +133,24 @@ def test_near_certain_slices_get_the_exact_top_entry(dtype, dim, temperature, al
     assert (got.gather(dim, top)[certain] < 0).sum() > 0  # not rounded to 0 as torch does
 
 
+@pytest.mark.parametrize("all_certain", [False, True])
+def test_near_certain_rows_of_a_long_2d_tensor(all_certain):
+    # 70 rows of 32000: _repair_top works in blocks of 2^20 entries (32 rows), so this takes
+    # three blocks; as slices of the tensor when every row is near-certain, by index otherwise.
+    x = torch.randn(70, 32000, generator=gen(8)).mul(3)
+    lead = torch.where(torch.arange(70) % 3 == 0, 25.0, 20.0 if all_certain else 0.0)
+    x[:, 123] += lead
+    got = log_softmax(x)
+    exact = log_softmax(x, exact=True)
+    certain = exact.amax(dim=-1) > -math.log(2.0)
+    assert bool(certain.all()) == all_certain and int(certain.sum()) >= 24
+    rows = torch.arange(70)[certain]
+    assert torch.equal(got[rows, 123], exact[rows, 123])
+    assert (got[rows, 123] < 0).all()
+    # the repair matters here: PyTorch's own top entries are not the exact ones
+    assert (torch.log_softmax(x, -1)[rows, 123] != exact[rows, 123]).any()
+
+
 def test_logsumexp_cancellation_near_zero():
     # max = -10 and log(sum) = 10 + 1e-4 almost cancel: the result is small and must be relative
     x = torch.full((22027,), -10.0)

@@ -44,7 +44,9 @@ shift by the maximum and are hard to beat. Each function here calls the fused ke
 does one cheap reduction over its output to find (a) slices that were invalid or entirely
 ``-inf`` (they come back as NaN) and (b) slices where the kernel's formula is known to lose
 relative accuracy. Only those slices are recomputed with the exact algorithm (:func:`_exact`),
-in float64. The benchmark ``benchmarks/bench_softmax.py`` reports the cost.
+in float64; for a near-certain log-softmax slice only its top entry is, by the leaner
+:func:`_repair_top` (most slices of a trained classifier are near-certain). The benchmark
+``benchmarks/bench_softmax.py`` reports the cost.
 
 References: Blanchard, Higham & Higham (2021), "Accurately computing the log-sum-exp and
 softmax functions", IMA J. Numer. Anal. 41(4) :cite:`blanchard2021`; Bridle (1990) for the
