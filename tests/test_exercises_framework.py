@@ -78,3 +78,64 @@ def test_messages_are_wrapped_to_the_code_width(capsys):
     assert max(map(len, lines)) <= 76 and len(lines) > 4
     assert lines[1].startswith("  ") and "  expected 1" in lines
     assert " ".join(text.split()).count("word") == 40
+
+
+def test_mistyped_label_is_one_line_listing_the_valid_ones():
+    from softmaxbook.exercises import ExerciseLabelError
+
+    with pytest.raises(ExerciseLabelError) as info:
+        check("template-normalize", normalise)
+    lines = info.value._render_traceback_()
+    assert len(lines) == 1 and "template-normalise" in lines[0]
+    assert "valid labels" in lines[0]
+
+
+def _lse_forbidding(func):
+    from softmaxbook.exercises import call
+
+    return call(func, torch.tensor([1.0, 2.0]), input_desc="x = [1, 2]",
+                forbid={torch.logsumexp: "torch.logsumexp"},
+                forbid_reason="Build it from max, exp, sum and log.")
+
+
+@pytest.mark.parametrize("cheat", [
+    lambda x: torch.logsumexp(x, -1),
+    lambda x: x.logsumexp(-1),
+    lambda x: torch.special.logsumexp(x, -1),
+])
+def test_a_forbidden_function_fails_the_check(cheat):
+    with pytest.raises(ExerciseCheckFailed, match="calls torch.logsumexp, which this exercise "
+                                                  "forbids. Build it"):
+        _lse_forbidding(cheat)
+
+
+def test_a_forbidden_call_is_not_swallowed_by_the_learners_except():
+    def sneaky(x):
+        try:
+            return torch.logsumexp(x, -1)
+        except Exception:
+            return x.max()
+
+    with pytest.raises(ExerciseCheckFailed, match="forbids"):
+        _lse_forbidding(sneaky)
+
+
+def test_allowed_functions_pass_under_forbid():
+    def honest(x):
+        m = x.max(-1).values
+        return m + (x - m).exp().sum(-1).log()
+
+    assert torch.isclose(_lse_forbidding(honest), torch.logsumexp(torch.tensor([1.0, 2.0]), -1))
+
+
+def test_global_rng_use_fails_when_forbidden():
+    from softmaxbook.exercises import call
+
+    g = torch.Generator().manual_seed(0)
+    state = torch.get_rng_state()
+    with pytest.raises(ExerciseCheckFailed, match="global generator"):
+        call(lambda n, generator: torch.rand(n), 3, g, input_desc="n = 3", no_global_rng=True)
+    assert torch.equal(state, torch.get_rng_state())
+    out = call(lambda n, generator: torch.rand(n, generator=generator), 3, g,
+               input_desc="n = 3", no_global_rng=True)
+    assert out.shape == (3,)

@@ -3,6 +3,7 @@
 
     python3 tools/book.py build            # strict build of the HTML book -> _build/html
     python3 tools/book.py test             # every test: package, notebooks, exercises, browser
+    python3 tools/book.py test-seeds       # every chapter executed again under other seeds
     python3 tools/book.py student          # student notebooks (solutions stubbed) -> _build/student
     python3 tools/book.py build-nosolutions  # the site without solutions -> _build/nosolutions/html
     python3 tools/book.py serve            # serve _build/html on http://127.0.0.1:8000
@@ -152,6 +153,27 @@ def test(args=None) -> None:
     say(f"tests passed in {time.time() - t0:.0f} s")
 
 
+#: The further seeds under which `test-seeds` executes every chapter (each chapter's default seed
+#: is the one `test` and the build use). Fixed, so that a failure can be reproduced.
+EXTRA_SEEDS = (101, 202)
+
+
+def test_seeds(args=None) -> None:
+    """Execute every chapter notebook again under each of EXTRA_SEEDS (SOFTMAXBOOK_SEED set):
+    every claim the book asserts must hold beyond the seed the chapter happens to use."""
+    setup()
+    seeds = list(getattr(args, "seeds", None) or EXTRA_SEEDS)
+    extra = list(getattr(args, "pytest_args", None) or [])
+    notebooks = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "book").glob("*.ipynb"))
+    for seed in seeds:
+        t0 = time.time()
+        say(f"executing {len(notebooks)} chapters with SOFTMAXBOOK_SEED={seed}")
+        env = dict(os.environ, SOFTMAXBOOK_SEED=str(seed))
+        run([PY, "-m", "pytest", "-n", "2", "--dist", "loadfile", "--nbval-lax", "-p",
+             "no:cacheprovider", "-q", *notebooks, *extra], env=env)
+        say(f"seed {seed}: every chapter passed in {time.time() - t0:.0f} s")
+
+
 def serve(args) -> None:
     site = BUILD / "html"
     if not (site / "index.html").exists():
@@ -194,6 +216,10 @@ def main() -> None:
     p = sub.add_parser("test", help="run every test (builds the book first)")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra arguments for pytest")
     p.set_defaults(func=test)
+    p = sub.add_parser("test-seeds", help="execute every chapter under further seeds")
+    p.add_argument("--seeds", type=int, nargs="+", help=f"seeds to use (default: {EXTRA_SEEDS})")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra arguments for pytest")
+    p.set_defaults(func=test_seeds)
     p = sub.add_parser("build-chapter", help="strict build of one chapter alone (for authors)")
     p.add_argument("notebook", help="e.g. book/01_softmax.ipynb")
     p.set_defaults(func=build_chapter)

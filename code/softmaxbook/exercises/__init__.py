@@ -43,11 +43,20 @@ __all__ = [
     "expect_equal",
     "expect_true",
     "describe",
+    "forbidden",
+    "ExerciseLabelError",
 ]
 
 
 class ExerciseCheckFailed(AssertionError):
     """Raised by :func:`check` when an answer is not (yet) right; the message says why."""
+
+    def _render_traceback_(self):  # IPython shows this instead of a traceback
+        return [f"\x1b[31m{_wrap('✗ ' + self.args[0])}\x1b[0m"]
+
+
+class ExerciseLabelError(ValueError):
+    """Raised by :func:`check` for a label that names no exercise; shown as one line."""
 
     def _render_traceback_(self):  # IPython shows this instead of a traceback
         return [f"\x1b[31m{_wrap('✗ ' + self.args[0])}\x1b[0m"]
@@ -104,8 +113,10 @@ def _load(label: str) -> _Exercise:
             if err.name != f"{__name__}.{topic}":
                 raise
     if label not in _REGISTRY:
-        known = ", ".join(sorted(_REGISTRY)) or "none"
-        raise ValueError(f"check: argument 'label' {label!r} is not a known exercise (known: {known})")
+        same_topic = sorted(k for k in _REGISTRY if k.split("-", 1)[0] == topic)
+        known = ", ".join(same_topic or sorted(_REGISTRY)) or "none"
+        raise ExerciseLabelError(f"check: argument 'label' {label!r} is not a known exercise "
+                                 f"(valid labels: {known})")
     return _REGISTRY[label]
 
 
@@ -202,13 +213,65 @@ def expect_answered(answer: Any) -> None:
               "cell again.")
 
 
-def call(func: Any, *args, input_desc: str | None = None, **kwargs):
-    """Call the learner's ``func``; turn a stub or a crash into a clear message."""
+class _ForbiddenCall(BaseException):  # not swallowed by a learner's `except Exception`
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+class forbidden(torch.overrides.TorchFunctionMode):
+    """Inside ``with forbidden({torch.logsumexp: "torch.logsumexp", ...}):`` a call of any of
+    the given torch functions (or Tensor methods) raises, so a check can reject an answer that
+    uses what the exercise forbids. Keys are the callables, values the names shown to the learner.
+
+    It works through PyTorch's ``__torch_function__`` modes, so it sees calls made anywhere below
+    the learner's function, including ``x.logsumexp(...)`` and ``torch.special.logsumexp``.
+    """
+
+    def __init__(self, funcs: dict):
+        super().__init__()
+        # Matched by name, so that torch.logsumexp also catches x.logsumexp(...) and
+        # torch.special.logsumexp (different callables with one name).
+        self.names = {getattr(f, "__name__", str(f)): shown for f, shown in dict(funcs).items()}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        # torch.special.logsumexp reports itself as "special_logsumexp"
+        name = name.removeprefix("special_").removeprefix("_special_")
+        if name in self.names:
+            raise _ForbiddenCall(self.names[name])
+        return func(*args, **(kwargs or {}))
+
+
+def call(func: Any, *args, input_desc: str | None = None, forbid: dict | None = None,
+         forbid_reason: str = "", no_global_rng: bool = False, **kwargs):
+    """Call the learner's ``func``; turn a stub or a crash into a clear message.
+
+    ``forbid``: ``{callable: name}`` of torch functions the exercise forbids; using one fails the
+    check with a message that names it (``forbid_reason`` says what to use instead).
+    ``no_global_rng``: fail when the call draws from torch's global random generator (a sampler
+    that ignores its ``generator`` argument).
+    """
     if not callable(func):
         _fail(f"expected a function, got {describe(func)}.")
     where = input_desc or ", ".join(describe(a) for a in args)
+    state = torch.get_rng_state() if no_global_rng else None
     try:
-        return func(*args, **kwargs)
+        if forbid:
+            with forbidden(forbid):
+                result = func(*args, **kwargs)
+        else:
+            result = func(*args, **kwargs)
+        if state is not None and not torch.equal(state, torch.get_rng_state()):
+            torch.set_rng_state(state)
+            _fail(f"for input {where} your function drew random numbers from torch's global "
+                  f"generator: every random draw must take the `generator` argument "
+                  f"(e.g. torch.rand(..., generator=generator)), so that results are "
+                  f"reproducible.")
+        return result
+    except _ForbiddenCall as err:
+        _fail(f"for input {where} your function calls {err.name}, which this exercise forbids."
+              + (f" {forbid_reason}" if forbid_reason else ""))
     except NotImplementedError:
         _fail("your function still raises NotImplementedError. Replace the `raise "
               "NotImplementedError(...)` line with your implementation and run the cell again.")

@@ -1,4 +1,4 @@
-"""Checks for the coding exercises of the chapter "Stochastic beam search" (book/04_beam.ipynb).
+"""Checks for the coding exercises of the chapter "Stochastic beam search" (book/08_beam.ipynb).
 
 * ``beam-prefix-logprob``: ``prefix_log_prob(step_fn, prefixes)``, the log-probability ``φ_S`` of
   each prefix, the sum of the conditional log-probabilities of its tokens (errata 32: not the sum

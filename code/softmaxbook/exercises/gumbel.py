@@ -1,4 +1,4 @@
-"""Checks for the coding exercises of the chapter "Gumbel tricks" (book/03_gumbel.ipynb).
+"""Checks for the coding exercises of the chapter "Gumbel tricks" (book/07_gumbel.ipynb).
 
 * ``gumbel-max-sampler``: one categorical sample per row by the Gumbel-max trick, each class with
   its own Gumbel (the recipe that shares one Gumbel across classes is caught).
