@@ -11,7 +11,9 @@ nothing. Each interactive in the book is therefore an :class:`Explorer`, used in
 
 ``draw(ax, **values)`` draws one state onto a matplotlib axes. :meth:`Explorer.render` draws one
 state into a new figure and returns it, which is what the slider callback does, so the callbacks
-are tested without a browser (``tests/test_widgets.py``).
+are tested without a browser (``tests/test_plotting_widgets.py``). :meth:`Explorer.static` also
+draws every slider at both ends, as the widget delivers them, so an end that crashes fails the
+chapter's execution.
 """
 
 from __future__ import annotations
@@ -57,12 +59,38 @@ class Slider:
         if self.step is not None and not self.step > 0:
             raise ValueError(f"Slider {self.name}: argument 'step' must be > 0, got {self.step}")
 
+    @property
+    def tolerance(self) -> float:
+        """How far outside ``[min, max]`` a value may come in and still count as the end: a
+        rounding error, not a request. A log slider delivers ``10 ** log10(min)``, which is
+        ``0.049999999999999996`` for ``min = 0.05``; a linear one ``min + n * step``."""
+        return 1e-9 * max(abs(self.min), abs(self.max), self.max - self.min)
+
     def validate(self, value: Any) -> float | int:
+        """``value`` as a number in ``[min, max]``; a value within :attr:`tolerance` of an end
+        (the rounding of the widget, on either side) becomes that end, anything further outside
+        raises."""
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"Explorer: '{self.name}' must be a finite number, got {value!r}")
-        if not self.min <= value <= self.max:
+        if not self.min - self.tolerance <= value <= self.max + self.tolerance:
             raise ValueError(f"Explorer: '{self.name}'={value} is outside [{self.min}, {self.max}]")
+        if abs(value - self.min) <= self.tolerance:
+            value = self.min
+        elif abs(value - self.max) <= self.tolerance:
+            value = self.max
         return int(value) if self.integer else float(value)
+
+    def ends(self) -> tuple[float | int, float | int]:
+        """The values the widget of :meth:`make` delivers at its two ends, rounding included:
+        ``base ** exponent`` for a log slider (``FloatLogSlider`` stores ``log10`` of the
+        ends), the last point of the step grid for a linear one."""
+        if self.integer:
+            return int(self.min), int(self.max)
+        if self.log:
+            return 10 ** math.log10(self.min), 10 ** math.log10(self.max)
+        step = self.step or (self.max - self.min) / 100
+        last = self.min + round((self.max - self.min) / step) * step
+        return self.min, (last if abs(last - self.max) <= self.tolerance else self.max)
 
     def make(self):
         import ipywidgets as w
@@ -174,7 +202,33 @@ class Explorer:
                 ax.set_title(text)
         for ax in flat[len(states):]:
             ax.set_visible(False)
+        self.check_ends()
         return fig
+
+    def check_ends(self) -> int:
+        """Draw every slider at both of its ends, as the widget delivers them (:meth:`Slider.ends`),
+        the other controls at their defaults, and close those figures: a slider that crashes at
+        an end fails here, under nbval, not in a reader's browser. :meth:`static` calls it.
+        Returns the number of states drawn."""
+        n = 0
+        for name, control in self.controls.items():
+            if not isinstance(control, Slider):
+                continue
+            for which, value in zip(("min", "max"), control.ends()):
+                fig = None
+                try:
+                    fig = plotting.figure(height=self.height)[0]
+                    self.draw(fig.axes[0], **self.values(**{name: value}))
+                except Exception as err:
+                    raise RuntimeError(
+                        f"Explorer: slider '{name}' fails at its {which} end ({name}={value!r}, "
+                        f"the value the widget delivers there): {type(err).__name__}: {err}"
+                    ) from err
+                finally:
+                    if fig is not None:
+                        plt.close(fig)
+                n += 1
+        return n
 
     def widget(self):
         """Sliders and a live figure (needs a Jupyter kernel). Returns the ipywidgets box."""
