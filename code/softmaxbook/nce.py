@@ -1,0 +1,745 @@
+"""Noise-contrastive estimation, negative sampling and sampled softmax.
+
+Three ways to train a model of p(w | c) over a vocabulary of V words without computing the
+softmax's denominator, plus the pieces they need (a fast sampler for the noise words, the
+unigram^power noise distribution, a small context model).
+
+Conventions used by every function here:
+
+* A **score** ``s(w | c)`` is an unnormalised log-probability: the model's density is
+  ``exp(s - log_z)``, with ``log_z`` a learned or fixed number (``0`` by default, the choice of
+  Mnih & Teh 2012). Scores must be finite.
+* **Noise.** The k noise words of an example are drawn i.i.d. (with replacement) from a fixed
+  distribution ``q``; ``k`` is read from the last dimension of ``noise_scores``. Noise can be
+  drawn per example (``[B, k]`` different words) or shared by the whole batch (one set of k words,
+  what TensorFlow's ``nce_loss`` and ``sampled_softmax_loss`` do); see :func:`sample_noise`.
+  ``log_q`` arguments are natural logs of q of the same words, finite (a data word must have
+  ``q > 0``: this is NCE's one condition on the noise, Gutmann & Hyvärinen 2012, sec. 2.2).
+* **Losses** are to be minimised, in nats, and averaged over the batch by default
+  (``reduction="mean"``; ``"sum"`` and ``"none"`` are available).
+* Randomness comes only from the optional keyword ``generator``.
+
+What each loss converges to, for a model flexible enough (Gutmann & Hyvärinen 2012, Theorem 1;
+Levy & Goldberg 2014, sec. 3.1):
+
+* :func:`nce_loss`: ``s - log_z -> log p_d(w | c)``; the model becomes self-normalised.
+* :func:`negative_sampling_loss`: ``s -> log p_d(w | c) - log q(w) - log k``, a shifted
+  (pointwise mutual information when ``q`` is the unigram distribution) -- not a density.
+* :func:`sampled_softmax_loss`: the *normalised* ``softmax(s)`` approaches ``p_d`` as k grows;
+  the scores themselves are defined only up to a constant per context.
+
+References
+----------
+* Walker (1977), *An efficient method for generating discrete random variables with general
+  distributions*, ACM TOMS 3(3); Vose (1991), *A linear algorithm for generating random numbers
+  with a given distribution*, IEEE TSE 17(9) (:class:`AliasSampler`).
+* Gutmann & Hyvärinen (2012), *Noise-contrastive estimation of unnormalized statistical models*,
+  JMLR 13 (:func:`nce_loss`, eq. 7-8).
+* Mnih & Teh (2012), *A fast and simple algorithm for training neural probabilistic language
+  models*, ICML (NCE with ``log_z = 0``).
+* Mikolov et al. (2013), *Distributed representations of words and phrases and their
+  compositionality*, NeurIPS (:func:`negative_sampling_loss`, eq. 4; unigram^0.75 noise).
+* Levy & Goldberg (2014), *Neural word embedding as implicit matrix factorization*, NeurIPS.
+* Jean et al. (2015), *On using very large target vocabulary for neural machine translation*,
+  ACL; TensorFlow's ``tf.nn.sampled_softmax_loss`` (:func:`sampled_softmax_loss`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from softmaxbook._validate import (
+    as_float_tensor,
+    check_finite,
+    check_generator,
+    check_int,
+    check_no_nan,
+    check_positive_number,
+)
+from softmaxbook.softmax import cross_entropy
+
+__all__ = [
+    "AliasSampler",
+    "unigram_noise",
+    "sample_noise",
+    "nce_loss",
+    "negative_sampling_loss",
+    "sampled_softmax_loss",
+    "nce_posterior",
+    "ContextModel",
+    "pydoc_corpus",
+    "build_vocabulary",
+    "subsample_keep_probs",
+    "skipgram_pairs",
+]
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _check_reduction(reduction, func: str) -> str:
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{func}: argument 'reduction' must be one of {_REDUCTIONS}, "
+                         f"got {reduction!r}")
+    return reduction
+
+
+def _reduce(loss: torch.Tensor, reduction: str) -> torch.Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+def _check_probs(probs, name: str, func: str) -> torch.Tensor:
+    probs = as_float_tensor(probs, name, func)
+    if probs.dim() != 1:
+        raise ValueError(f"{func}: argument '{name}' must be 1-D (one entry per word), got "
+                         f"shape {tuple(probs.shape)}")
+    check_finite(probs, name, func)
+    if bool((probs < 0).any()):
+        i = int((probs < 0).nonzero()[0])
+        raise ValueError(f"{func}: argument '{name}' must be >= 0, got {probs[i].item()} at "
+                         f"index {i}")
+    if not float(probs.sum()) > 0:
+        raise ValueError(f"{func}: argument '{name}' sums to 0; at least one entry must be > 0")
+    return probs
+
+
+# ------------------------------------------------------------------------------------------------
+# Sampling the noise
+# ------------------------------------------------------------------------------------------------
+class AliasSampler:
+    """Draws from a fixed categorical distribution in O(1) per draw (Walker's alias method).
+
+    The table is built once in O(V) with Vose's algorithm: every column ``i`` of the table holds
+    the word ``i`` with probability ``prob[i]`` and its alias ``alias[i]`` otherwise, and every
+    column is chosen with probability 1/V, so that
+
+        P(w) = (prob[w] + sum_{i: alias[i] = w} (1 - prob[i])) / V.
+
+    A draw is then one uniform column and one coin, whatever V is: no search through a cumulative
+    sum (O(log V) per draw, and cache misses at large V).
+
+    Parameters
+    ----------
+    probs : torch.Tensor, shape ``[V]``
+        Non-negative weights (normalised here; they need not sum to one). Finite, not all zero.
+
+    Attributes
+    ----------
+    probs : torch.Tensor ``[V]``, float64
+        The normalised distribution.
+    prob : torch.Tensor ``[V]``, float64
+        The probability of keeping column ``i``'s own word.
+    alias : torch.Tensor ``[V]``, int64
+        The other word of column ``i``.
+
+    Notes
+    -----
+    The table is built in float64 (the probabilities of a million-word vocabulary are ~1e-6 each,
+    and the running "excess" of Vose's algorithm would drift in float32). A word of probability 0
+    is never drawn: its column keeps it with probability exactly 0.
+    References: Walker (1977); Vose (1991), section III.
+    """
+
+    def __init__(self, probs: torch.Tensor):
+        func = "AliasSampler"
+        probs = _check_probs(probs, "probs", func)
+        p = probs.detach().to("cpu", torch.float64)
+        p = p / p.sum()
+        V = p.numel()
+        scaled = (p * V).tolist()
+        prob = [0.0] * V
+        alias = list(range(V))
+        small = [i for i, x in enumerate(scaled) if x < 1.0]
+        large = [i for i, x in enumerate(scaled) if x >= 1.0]
+        # Vose: pair each under-full column (mass < 1) with an over-full word that tops it up;
+        # the donor's remaining mass decides which list it joins next.
+        while small and large:
+            s, g = small.pop(), large.pop()
+            prob[s] = scaled[s]
+            alias[s] = g
+            scaled[g] = (scaled[g] + scaled[s]) - 1.0
+            (small if scaled[g] < 1.0 else large).append(g)
+        # What is left is full up to rounding: keep its own word with probability 1.
+        for i in large + small:
+            prob[i] = 1.0
+        # A word of probability 0 must never be drawn, not even through rounding in the loop.
+        self.probs = p.to(probs.device)
+        self.prob = torch.tensor(prob, dtype=torch.float64).to(probs.device)
+        self.alias = torch.tensor(alias, dtype=torch.int64).to(probs.device)
+        self.prob[p == 0] = 0.0
+        self.num_words = V
+
+    def __repr__(self) -> str:
+        return f"AliasSampler(V={self.num_words})"
+
+    def table_probs(self) -> torch.Tensor:
+        """The distribution the table really samples (float64 ``[V]``): for checking the table."""
+        V = self.num_words
+        out = self.prob.clone()
+        out.index_add_(0, self.alias, 1.0 - self.prob)
+        return out / V
+
+    def sample(self, shape, *, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Draw word indices.
+
+        Parameters
+        ----------
+        shape : int or tuple of int
+            Shape of the result.
+        generator : torch.Generator, optional
+            Source of randomness (on the table's device).
+
+        Returns
+        -------
+        torch.Tensor of int64, shape ``shape``, values in ``[0, V)``.
+        """
+        func = "AliasSampler.sample"
+        if isinstance(shape, int) and not isinstance(shape, bool):
+            shape = (shape,)
+        if not isinstance(shape, (tuple, list, torch.Size)):
+            raise TypeError(f"{func}: argument 'shape' must be an int or a tuple of ints, got "
+                            f"{type(shape).__name__}")
+        shape = tuple(check_int(n, "shape", func, minimum=0) for n in shape)
+        check_generator(generator, self.prob.device, func)
+        V = self.num_words
+        # One float64 uniform gives both the column and the coin: x = U * V, column floor(x),
+        # coin x - floor(x). The coin keeps 53 - log2(V) bits (33 at V = 10^6), plenty for
+        # comparing with prob; and one random draw instead of two halves the cost of the RNG.
+        x = torch.rand(shape, dtype=torch.float64, device=self.prob.device,
+                       generator=generator).mul_(V)
+        # x < V always (U < 1); the clamp guards a backend whose uniforms may reach 1.
+        col = x.long().clamp_(max=V - 1)
+        # index_select rather than prob[col]: the same gather, without advanced indexing's
+        # overhead; and no mixed long/float arithmetic (slow in torch's type promotion).
+        keep = torch.frac(x) < self.prob.index_select(0, col.reshape(-1)).reshape(col.shape)
+        other = self.alias.index_select(0, col.reshape(-1)).reshape(col.shape)
+        return torch.where(keep, col, other)
+
+
+def unigram_noise(counts: torch.Tensor, power: float = 0.75) -> torch.Tensor:
+    """The noise distribution of word2vec: ``q(w) ∝ counts(w) ** power``.
+
+    Parameters
+    ----------
+    counts : torch.Tensor, shape ``[V]``
+        Word counts (or frequencies), non-negative, finite, not all zero. Integer or float.
+    power : float >= 0
+        ``1`` gives the unigram distribution, ``0`` the uniform distribution over the words with a
+        positive count, ``0.75`` Mikolov et al.'s choice (2013, sec. 2.2): it lifts rare words.
+
+    Returns
+    -------
+    torch.Tensor, shape ``[V]``
+        Probabilities summing to one, float64 (or the float dtype of ``counts``). A word with count
+        0 has probability 0 for every power (also for ``power = 0``, where ``0 ** 0 = 1`` would
+        otherwise give it mass) -- such a word can then never be a data word for NCE.
+    """
+    func = "unigram_noise"
+    if isinstance(counts, torch.Tensor) and not counts.is_floating_point() \
+            and not counts.is_complex() and counts.dtype != torch.bool:
+        counts = counts.to(torch.float64)
+    counts = _check_probs(counts, "counts", func)
+    power = check_positive_number(power, "power", func, allow_zero=True)
+    w = torch.where(counts > 0, counts.clamp(min=torch.finfo(counts.dtype).tiny).pow(power),
+                    torch.zeros_like(counts))
+    return w / w.sum()
+
+
+def sample_noise(sampler: AliasSampler, batch_size: int, k: int, *, shared: bool = False,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """k noise words for each of ``batch_size`` examples.
+
+    Parameters
+    ----------
+    sampler : AliasSampler
+        The noise distribution q.
+    batch_size, k : int >= 1
+    shared : bool
+        ``False`` (default): each example gets its own k words (what word2vec and Mnih & Teh do).
+        ``True``: one set of k words for the whole batch, repeated in every row (TensorFlow's
+        ``nce_loss`` / ``sampled_softmax_loss``): k draws per batch instead of B k, and one score
+        matrix ``[B, k]`` from one matrix product, but the B rows' noise terms are no longer
+        independent, so the gradient's variance falls more slowly with B.
+
+    Returns
+    -------
+    torch.Tensor of int64, shape ``[batch_size, k]``.
+    """
+    func = "sample_noise"
+    if not isinstance(sampler, AliasSampler):
+        raise TypeError(f"{func}: argument 'sampler' must be an AliasSampler, got "
+                        f"{type(sampler).__name__}")
+    batch_size = check_int(batch_size, "batch_size", func, minimum=1)
+    k = check_int(k, "k", func, minimum=1)
+    if not isinstance(shared, bool):
+        raise TypeError(f"{func}: argument 'shared' must be a bool, got {type(shared).__name__}")
+    if shared:
+        return sampler.sample((1, k), generator=generator).expand(batch_size, k)
+    return sampler.sample((batch_size, k), generator=generator)
+
+
+# ------------------------------------------------------------------------------------------------
+# Losses
+# ------------------------------------------------------------------------------------------------
+def _check_scores(data_scores, noise_scores, func: str):
+    data_scores = as_float_tensor(data_scores, "data_scores", func)
+    noise_scores = as_float_tensor(noise_scores, "noise_scores", func)
+    if data_scores.dim() != 1:
+        raise ValueError(f"{func}: argument 'data_scores' must be 1-D [B] (one score per "
+                         f"example), got shape {tuple(data_scores.shape)}")
+    if noise_scores.dim() != 2 or noise_scores.shape[0] != data_scores.shape[0]:
+        raise ValueError(f"{func}: argument 'noise_scores' must have shape [B, k] with "
+                         f"B = {data_scores.shape[0]} (that of 'data_scores'), got "
+                         f"{tuple(noise_scores.shape)}")
+    check_finite(data_scores, "data_scores", func)
+    check_finite(noise_scores, "noise_scores", func)
+    return data_scores, noise_scores
+
+
+def _check_log_q(log_q, name: str, shape, func: str, dtype) -> torch.Tensor:
+    log_q = as_float_tensor(log_q, name, func)
+    ok = tuple(log_q.shape) == tuple(shape) or (len(shape) == 2 and tuple(log_q.shape) ==
+                                                 (shape[1],))
+    if not ok:
+        extra = f" or [{shape[1]}] (shared noise)" if len(shape) == 2 else ""
+        raise ValueError(f"{func}: argument '{name}' must have shape {list(shape)}{extra}, got "
+                         f"{list(log_q.shape)}")
+    check_no_nan(log_q, name, func)
+    bad = torch.isneginf(log_q)
+    if bool(bad.any()):
+        raise ValueError(f"{func}: argument '{name}' is -inf (q = 0) at index "
+                         f"{tuple(bad.nonzero()[0].tolist())}: the noise must give every data "
+                         f"and noise word a probability > 0")
+    check_finite(log_q, name, func)
+    if bool((log_q > 1e-6).any()):
+        raise ValueError(f"{func}: argument '{name}' holds log-probabilities, which are <= 0; "
+                         f"got max {log_q.max().item():.4g} (did you pass q instead of log q?)")
+    return log_q.to(dtype)
+
+
+def _check_log_z(log_z, B: int, func: str):
+    if isinstance(log_z, torch.Tensor):
+        as_float_tensor(log_z, "log_z", func)
+        if not (log_z.dim() == 0 or tuple(log_z.shape) in ((1,), (B,))):
+            raise ValueError(f"{func}: argument 'log_z' must be a number, a scalar tensor or "
+                             f"have shape [B] = [{B}], got {list(log_z.shape)}")
+        check_finite(log_z, "log_z", func)
+        return log_z.reshape(-1) if log_z.dim() else log_z
+    if isinstance(log_z, bool) or not isinstance(log_z, (int, float)):
+        raise TypeError(f"{func}: argument 'log_z' must be a number or a tensor, got "
+                        f"{type(log_z).__name__}")
+    if not math.isfinite(log_z):
+        raise ValueError(f"{func}: argument 'log_z' must be finite, got {log_z}")
+    return float(log_z)
+
+
+def nce_posterior(scores: torch.Tensor, log_q: torch.Tensor, k: int) -> torch.Tensor:
+    r"""The probability that word w came from the data rather than from the k noise draws:
+
+    .. math:: P(Y = 1 \mid w) = \frac{e^{s}}{e^{s} + k q(w)} = \sigma\bigl(s - \log(k q(w))\bigr).
+
+    Parameters
+    ----------
+    scores : torch.Tensor, any shape
+        Log-densities ``s`` of the model (``log_z`` already subtracted), finite.
+    log_q : torch.Tensor, broadcastable to ``scores``
+        ``log q(w)``, finite.
+    k : int >= 1
+        Noise words per data word.
+
+    Returns
+    -------
+    torch.Tensor, the shape of ``scores + log_q``.
+
+    Reference: Gutmann & Hyvärinen (2012), eq. 5-6 (their ``G = log p_m - log(nu p_n)``).
+    """
+    func = "nce_posterior"
+    scores = as_float_tensor(scores, "scores", func)
+    check_finite(scores, "scores", func)
+    log_q = as_float_tensor(log_q, "log_q", func)
+    check_finite(log_q, "log_q", func)
+    k = check_int(k, "k", func, minimum=1)
+    return torch.sigmoid(scores - (log_q + math.log(k)))
+
+
+def nce_loss(data_scores: torch.Tensor, noise_scores: torch.Tensor, data_log_q: torch.Tensor,
+             noise_log_q: torch.Tensor, *, log_z: float | torch.Tensor = 0.0,
+             reduction: str = "mean") -> torch.Tensor:
+    r"""Noise-contrastive estimation: logistic regression of data words against k noise words.
+
+    With ``Δ(w) = s(w) - log_z - log(k q(w))`` (the log-odds that w is a data word), the loss of
+    one example with data word w and noise words w'_1..w'_k is
+
+    .. math:: -\log\sigma(\Delta(w)) - \sum_{j=1}^k \log\sigma(-\Delta(w'_j)).
+
+    Note the minus inside the second sigmoid: a noise word's label is 0, and its probability of
+    being noise is ``1 - σ(Δ) = σ(-Δ)``.
+
+    Parameters
+    ----------
+    data_scores : torch.Tensor ``[B]``
+        Unnormalised log-scores ``s(w_b | c_b)`` of the data words, finite.
+    noise_scores : torch.Tensor ``[B, k]``
+        Scores ``s(w'_{bj} | c_b)`` of each example's k noise words under the example's context
+        (for batch-shared noise, the same k words scored under each context).
+    data_log_q : torch.Tensor ``[B]``
+        ``log q(w_b)``, finite (q must give every data word a positive probability).
+    noise_log_q : torch.Tensor ``[B, k]`` or ``[k]`` (batch-shared noise)
+        ``log q(w'_{bj})``.
+    log_z : float or torch.Tensor (scalar or ``[B]``)
+        The model's log normaliser: ``0`` (default) fixes it, as Mnih & Teh (2012) do; pass a
+        tensor with ``requires_grad=True`` to learn it (Gutmann & Hyvärinen 2012, sec. 2.3).
+    reduction : {"mean", "sum", "none"}
+        Mean over the batch (default), sum, or the ``[B]`` per-example losses.
+
+    Returns
+    -------
+    torch.Tensor: the loss in nats.
+
+    Notes
+    -----
+    ``-log σ(x)`` is evaluated by ``F.logsigmoid``, which neither overflows nor rounds to 0 for
+    large ``|x|`` (``-log σ(40) = 4.2e-18``, not 0; ``-log σ(-800) = 800``, not ``inf``) and has
+    the exact gradient at ``x = 0``. The convention matches TensorFlow's ``nce_loss`` (whose logits
+    are ``s - log(expected count)``, with the expected count ``k q`` for sampling with replacement).
+    Reference: Gutmann & Hyvärinen (2012), eq. 7-8.
+    """
+    func = "nce_loss"
+    data_scores, noise_scores = _check_scores(data_scores, noise_scores, func)
+    reduction = _check_reduction(reduction, func)
+    dtype = torch.promote_types(data_scores.dtype, noise_scores.dtype)
+    data_log_q = _check_log_q(data_log_q, "data_log_q", data_scores.shape, func, dtype)
+    noise_log_q = _check_log_q(noise_log_q, "noise_log_q", noise_scores.shape, func, dtype)
+    B, k = noise_scores.shape
+    log_z = _check_log_z(log_z, B, func)
+    lz_data = log_z
+    # a per-example log Z [B] must broadcast over the k noise words of its row
+    lz_noise = log_z.reshape(-1, 1) if isinstance(log_z, torch.Tensor) and log_z.dim() == 1 \
+        else log_z
+    log_k = math.log(k)
+    delta_data = data_scores - lz_data - (data_log_q + log_k)
+    delta_noise = noise_scores - lz_noise - (noise_log_q + log_k)
+    loss = -F.logsigmoid(delta_data) - F.logsigmoid(-delta_noise).sum(dim=-1)
+    return _reduce(loss, reduction)
+
+
+def negative_sampling_loss(data_scores: torch.Tensor, noise_scores: torch.Tensor, *,
+                           reduction: str = "mean") -> torch.Tensor:
+    r"""Negative sampling (word2vec): NCE's loss with the ``log(k q)`` term dropped.
+
+    .. math:: -\log\sigma(s(w)) - \sum_{j=1}^k \log\sigma(-s(w'_j)).
+
+    It is NCE only when ``k q(w) = 1`` for every word (k = V, uniform q). With any other noise its
+    optimum is ``s* = log p_d(w | c) - log q(w) - log k`` (Levy & Goldberg 2014, eq. 6 for the
+    unigram q, where it is PMI - log k): a useful embedding objective, not a density estimator.
+
+    Parameters
+    ----------
+    data_scores : torch.Tensor ``[B]``
+        Scores of the data words (for skip-gram, ``u_w · v_c``).
+    noise_scores : torch.Tensor ``[B, k]``
+        Scores of the k noise words of each example.
+    reduction : {"mean", "sum", "none"}
+
+    Returns
+    -------
+    torch.Tensor: the loss in nats.
+
+    Notes
+    -----
+    Stable at any score (``F.logsigmoid``). word2vec's C code and gensim instead read σ from a
+    table on [-6, 6] and treat scores beyond as saturated (no gradient) -- a speed trick, not part
+    of the objective. Reference: Mikolov et al. (2013), eq. 4.
+    """
+    func = "negative_sampling_loss"
+    data_scores, noise_scores = _check_scores(data_scores, noise_scores, func)
+    reduction = _check_reduction(reduction, func)
+    loss = -F.logsigmoid(data_scores) - F.logsigmoid(-noise_scores).sum(dim=-1)
+    return _reduce(loss, reduction)
+
+
+def sampled_softmax_loss(data_scores: torch.Tensor, noise_scores: torch.Tensor,
+                         data_log_q: torch.Tensor, noise_log_q: torch.Tensor, *,
+                         data_ids: torch.Tensor | None = None,
+                         noise_ids: torch.Tensor | None = None,
+                         subtract_log_q: bool = True,
+                         remove_accidental_hits: bool = True,
+                         reduction: str = "mean") -> torch.Tensor:
+    r"""Sampled softmax: the cross entropy of a softmax over the data word and k noise words.
+
+    The logits are ``s(w) - log q(w)`` (the "log-Q correction", which makes the sampled
+    normaliser ``sum_j exp(s_j) / q_j`` an importance-sampling estimate of ``k Z``), and the loss
+    of one example is the cross entropy with the data word as the target:
+
+    .. math:: -\log \frac{e^{s(w) - \log q(w)}}{e^{s(w) - \log q(w)} +
+              \sum_j e^{s(w'_j) - \log q(w'_j)}}.
+
+    (TensorFlow subtracts ``log(k q)``; the common ``log k`` cancels in the softmax.)
+
+    Parameters
+    ----------
+    data_scores : torch.Tensor ``[B]``
+    noise_scores : torch.Tensor ``[B, k]``
+    data_log_q : torch.Tensor ``[B]``
+    noise_log_q : torch.Tensor ``[B, k]`` or ``[k]``
+    data_ids : torch.Tensor of int ``[B]``, optional
+    noise_ids : torch.Tensor of int ``[B, k]`` or ``[k]``, optional
+        The words themselves: needed for ``remove_accidental_hits``.
+    subtract_log_q : bool
+        Apply the log-Q correction (default). Without it the loss is biased towards the noise
+        distribution's frequent words: it trains ``softmax(s + log q)`` towards p_d.
+    remove_accidental_hits : bool
+        A noise word equal to the example's data word is masked out (logit ``-inf``), as in
+        ``tf.nn.sampled_softmax_loss``: otherwise the true word appears twice, once as the target
+        and once as a "negative", and is pushed down. Needs ``data_ids`` and ``noise_ids``.
+    reduction : {"mean", "sum", "none"}
+
+    Returns
+    -------
+    torch.Tensor: the loss in nats (through :func:`softmaxbook.softmax.cross_entropy`).
+
+    Notes
+    -----
+    Consistent only as k -> infinity: for finite k the normalised model is biased (Bengio &
+    Senécal 2008; Jean et al. 2015, sec. 3).
+    """
+    func = "sampled_softmax_loss"
+    data_scores, noise_scores = _check_scores(data_scores, noise_scores, func)
+    reduction = _check_reduction(reduction, func)
+    dtype = torch.promote_types(data_scores.dtype, noise_scores.dtype)
+    data_log_q = _check_log_q(data_log_q, "data_log_q", data_scores.shape, func, dtype)
+    noise_log_q = _check_log_q(noise_log_q, "noise_log_q", noise_scores.shape, func, dtype)
+    for name, val in (("subtract_log_q", subtract_log_q),
+                      ("remove_accidental_hits", remove_accidental_hits)):
+        if not isinstance(val, bool):
+            raise TypeError(f"{func}: argument '{name}' must be a bool, got {type(val).__name__}")
+    B, k = noise_scores.shape
+    if subtract_log_q:
+        data_logit = data_scores - data_log_q
+        noise_logit = noise_scores - noise_log_q
+    else:
+        data_logit, noise_logit = data_scores, noise_scores
+    if remove_accidental_hits:
+        if data_ids is None or noise_ids is None:
+            raise ValueError(f"{func}: remove_accidental_hits=True needs 'data_ids' and "
+                             f"'noise_ids' (or pass remove_accidental_hits=False)")
+        for name, ids, shapes in (("data_ids", data_ids, [(B,)]),
+                                  ("noise_ids", noise_ids, [(B, k), (k,)])):
+            if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or \
+                    ids.is_complex() or ids.dtype == torch.bool:
+                raise TypeError(f"{func}: argument '{name}' must be an integer tensor of word "
+                                f"indices, got {getattr(ids, 'dtype', type(ids).__name__)}")
+            if tuple(ids.shape) not in shapes:
+                raise ValueError(f"{func}: argument '{name}' must have shape "
+                                 f"{' or '.join(str(list(s)) for s in shapes)}, got "
+                                 f"{list(ids.shape)}")
+        hits = noise_ids.to(data_ids.device).reshape(-1, k) == data_ids.reshape(-1, 1)
+        noise_logit = noise_logit.expand(B, k).masked_fill(hits, -math.inf)
+    logits = torch.cat([data_logit.unsqueeze(-1), noise_logit.expand(B, k)], dim=-1)
+    target = torch.zeros(B, dtype=torch.long, device=logits.device)
+    return cross_entropy(logits, target, reduction=reduction)
+
+
+# ------------------------------------------------------------------------------------------------
+# A small context model
+# ------------------------------------------------------------------------------------------------
+class ContextModel(torch.nn.Module):
+    r"""A log-bilinear model of words given a context: ``s(w | c) = u_w · v_c + b_w``.
+
+    With ``bias=False`` and the context a word, this is skip-gram's score (Mikolov et al. 2013):
+    ``v_c`` the "input" vector of the centre word, ``u_w`` the "output" vector of a word in its
+    window. With ``bias=True`` it is Mnih & Teh's (2012) log-bilinear model with one context
+    word. The scores are unnormalised: how they relate to p(w | c) depends on the loss.
+
+    Parameters
+    ----------
+    num_contexts, num_words : int >= 1
+    dim : int >= 1
+        Embedding dimension. With ``dim >= num_contexts`` and a bias, any table of scores
+        ``[num_contexts, num_words]`` can be represented exactly.
+    bias : bool
+        A per-word bias ``b_w`` (default True).
+    generator : torch.Generator, optional
+        For the initial context vectors (uniform in ±0.5/dim, as word2vec); word vectors and
+        biases start at 0, as in word2vec.
+    dtype : torch.dtype
+        Parameter dtype (default float32).
+
+    Methods
+    -------
+    score(contexts, words): ``[B]`` scores of ``words[b]`` given ``contexts[b]``, or ``[B, k]``
+    when ``words`` is ``[B, k]``.
+    shared_scores(contexts, words): ``[B, k]`` scores of the same k words under each context.
+    all_scores(contexts): ``[B, V]`` -- the full score table, what the full softmax needs.
+    """
+
+    def __init__(self, num_contexts: int, num_words: int, dim: int, *, bias: bool = True,
+                 generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        func = "ContextModel"
+        num_contexts = check_int(num_contexts, "num_contexts", func, minimum=1)
+        num_words = check_int(num_words, "num_words", func, minimum=1)
+        dim = check_int(dim, "dim", func, minimum=1)
+        check_generator(generator, None, func)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"{func}: argument 'dtype' must be a floating torch.dtype, got "
+                            f"{dtype!r}")
+        init = (torch.rand(num_contexts, dim, generator=generator, dtype=torch.float64) - 0.5)
+        self.context_vectors = torch.nn.Parameter((init / dim).to(dtype))
+        self.word_vectors = torch.nn.Parameter(torch.zeros(num_words, dim, dtype=dtype))
+        self.bias = torch.nn.Parameter(torch.zeros(num_words, dtype=dtype)) if bias else None
+        self.num_words = num_words
+        self.num_contexts = num_contexts
+
+    def _check_ids(self, ids, name, limit, func):
+        if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex() \
+                or ids.dtype == torch.bool:
+            raise TypeError(f"{func}: argument '{name}' must be an integer tensor, got "
+                            f"{getattr(ids, 'dtype', type(ids).__name__)}")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
+            raise ValueError(f"{func}: argument '{name}' must hold indices in [0, {limit}), got "
+                             f"values in [{int(ids.min())}, {int(ids.max())}]")
+
+    def score(self, contexts: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
+        func = "ContextModel.score"
+        self._check_ids(contexts, "contexts", self.num_contexts, func)
+        self._check_ids(words, "words", self.num_words, func)
+        if contexts.dim() != 1:
+            raise ValueError(f"{func}: argument 'contexts' must be 1-D [B], got "
+                             f"{list(contexts.shape)}")
+        B = contexts.shape[0]
+        v = self.context_vectors[contexts]
+        if words.dim() == 1 and words.shape[0] == B:
+            out = (self.word_vectors[words] * v).sum(-1)
+        elif words.dim() == 2 and words.shape[0] == B:
+            out = torch.einsum("bkd,bd->bk", self.word_vectors[words], v)
+        else:
+            raise ValueError(f"{func}: argument 'words' must have shape [B] or [B, k] with "
+                             f"B = {B} (that of 'contexts'), got {list(words.shape)}")
+        if self.bias is not None:
+            out = out + self.bias[words]
+        return out
+
+    def shared_scores(self, contexts: torch.Tensor, words: torch.Tensor) -> torch.Tensor:
+        """``[B, k]`` scores of the same k ``words`` (1-D) under each of the B contexts: one
+        ``[B, d] x [d, k]`` product, the saving that batch-shared noise buys."""
+        func = "ContextModel.shared_scores"
+        self._check_ids(contexts, "contexts", self.num_contexts, func)
+        self._check_ids(words, "words", self.num_words, func)
+        if contexts.dim() != 1 or words.dim() != 1:
+            raise ValueError(f"{func}: arguments 'contexts' and 'words' must be 1-D, got "
+                             f"{list(contexts.shape)} and {list(words.shape)}")
+        out = self.context_vectors[contexts] @ self.word_vectors[words].T
+        if self.bias is not None:
+            out = out + self.bias[words]
+        return out
+
+    def all_scores(self, contexts: torch.Tensor) -> torch.Tensor:
+        func = "ContextModel.all_scores"
+        self._check_ids(contexts, "contexts", self.num_contexts, func)
+        out = self.context_vectors[contexts] @ self.word_vectors.T
+        if self.bias is not None:
+            out = out + self.bias
+        return out
+
+
+# ------------------------------------------------------------------------------------------------
+# A small real corpus and skip-gram pairs
+# ------------------------------------------------------------------------------------------------
+def pydoc_corpus() -> list[str]:
+    """The English prose of Python's own help topics (``pydoc_data.topics``), as lower-case words.
+
+    About 64 000 words, shipped with every CPython, so the book needs no download. Tokens are the
+    maximal runs of the letters a-z after lower-casing (code fragments give some odd tokens).
+    """
+    import re
+
+    from pydoc_data.topics import topics
+
+    text = " ".join(topics[key] for key in sorted(topics))
+    return re.findall(r"[a-z]+", text.lower())
+
+
+def build_vocabulary(tokens, min_count: int = 5):
+    """Words with at least ``min_count`` occurrences, most frequent first.
+
+    Returns ``(words, counts, ids)``: the list of words, their counts (int64 ``[V]``), and the
+    corpus as word ids (int64), with the rarer words dropped (word2vec's ``min_count``).
+    """
+    from collections import Counter
+
+    func = "build_vocabulary"
+    if isinstance(tokens, str) or not hasattr(tokens, "__iter__"):
+        raise TypeError(f"{func}: argument 'tokens' must be a sequence of words, got "
+                        f"{type(tokens).__name__}")
+    min_count = check_int(min_count, "min_count", func, minimum=1)
+    tokens = list(tokens)
+    freq = Counter(tokens)
+    words = sorted((w for w, n in freq.items() if n >= min_count), key=lambda w: (-freq[w], w))
+    if not words:
+        raise ValueError(f"{func}: no word occurs at least min_count = {min_count} times")
+    index = {w: i for i, w in enumerate(words)}
+    ids = torch.tensor([index[t] for t in tokens if t in index], dtype=torch.int64)
+    counts = torch.tensor([freq[w] for w in words], dtype=torch.int64)
+    return words, counts, ids
+
+
+def subsample_keep_probs(counts: torch.Tensor, t: float = 1e-3) -> torch.Tensor:
+    """Probability of keeping each occurrence of a word (word2vec's subsampling of frequent words).
+
+    ``keep(w) = min(1, sqrt(t / f) + t / f)`` with ``f = counts / total``: the formula of the
+    word2vec C code and gensim (the paper, Mikolov et al. 2013 eq. 5, discards with probability
+    ``1 - sqrt(t / f)``). Frequent words ("the", "of") are thinned, rare ones always kept.
+
+    Parameters
+    ----------
+    counts : torch.Tensor ``[V]``, non-negative, not all zero.
+    t : float > 0, the threshold (1e-3 in gensim, 1e-5 in the paper for billion-word corpora).
+
+    Returns
+    -------
+    torch.Tensor float64 ``[V]`` in [0, 1].
+    """
+    func = "subsample_keep_probs"
+    if isinstance(counts, torch.Tensor) and not counts.is_floating_point() \
+            and not counts.is_complex() and counts.dtype != torch.bool:
+        counts = counts.to(torch.float64)
+    counts = _check_probs(counts, "counts", func).to(torch.float64)
+    t = check_positive_number(t, "t", func)
+    f = counts / counts.sum()
+    ratio = t / f.clamp(min=torch.finfo(torch.float64).tiny)
+    return (ratio.sqrt() + ratio).clamp(max=1.0)
+
+
+def skipgram_pairs(ids: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """All (centre, context) pairs within ``window`` positions of each other.
+
+    Parameters
+    ----------
+    ids : torch.Tensor of int ``[N]``, the corpus as word ids.
+    window : int >= 1
+
+    Returns
+    -------
+    (centres, contexts): int64 ``[M]`` each, ``M = 2 sum_{d=1}^{window} (N - d)``; both
+    directions of each pair are included, as skip-gram predicts each neighbour from the centre.
+    (word2vec also shrinks the window at random per position; we keep it fixed.)
+    """
+    func = "skipgram_pairs"
+    if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.dim() != 1:
+        raise TypeError(f"{func}: argument 'ids' must be a 1-D integer tensor, got "
+                        f"{getattr(ids, 'dtype', type(ids).__name__)}")
+    window = check_int(window, "window", func, minimum=1)
+    centres, contexts = [], []
+    for d in range(1, min(window, ids.numel() - 1) + 1):
+        centres += [ids[:-d], ids[d:]]
+        contexts += [ids[d:], ids[:-d]]
+    if not centres:
+        raise ValueError(f"{func}: argument 'ids' needs at least 2 words, got {ids.numel()}")
+    return torch.cat(centres).long(), torch.cat(contexts).long()
