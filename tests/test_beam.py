@@ -19,10 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-import softmaxbook.beam as beam
 from softmaxbook.beam import (
+    BROKEN_VARIANTS,
     PAD,
     beam_search,
+    broken_stochastic_beam_search,
     enumerate_sequences,
     sample_sequences,
     sbs_estimate,
@@ -32,7 +33,6 @@ from softmaxbook.beam import (
     stochastic_beam_search_reference,
     with_temperature,
 )
-from softmaxbook.gumbel import sample_gumbel
 
 P_CUT = 1e-3  # reject when p < 1e-3: a correct sampler fails with probability 0.1 % per test
 Z_CUT = 4.0  # |mean - exact| > 4 standard errors: false-alarm rate 6e-5 per test
@@ -127,31 +127,26 @@ def set_counts(idx, m, subsets):
     return counts.double().numpy()
 
 
-def set_test(model, k, max_len, n, seed, eos=0):
+def search(model, k, max_len, n, seed, eos=0, variant=None):
+    """``n`` independent searches, exact (``variant=None``) or deliberately broken."""
+    if variant is None:
+        return stochastic_beam_search(model, k, max_len, eos=eos, batch_size=n,
+                                      generator=gen(seed))
+    return broken_stochastic_beam_search(model, k, max_len, variant, eos=eos, batch_size=n,
+                                         generator=gen(seed))
+
+
+def set_test(model, k, max_len, n, seed, eos=0, variant=None):
     """Chi-square p-value and total variation of SBS's sampled sets against the exact law."""
     enum = enumerate_sequences(model, max_len, eos=eos)
     subsets, probs = sets_without_replacement(enum.log_probs.exp(), k)
     assert probs.min() * n >= 3, "expected counts too small for the chi-square test"
-    res = stochastic_beam_search(model, k, max_len, eos=eos, batch_size=n, generator=gen(seed))
+    res = search(model, k, max_len, n, seed, eos=eos, variant=variant)
     idx = leaf_indices(res.tokens, enum, model.V)
     counts = set_counts(idx, len(enum.log_probs), subsets)
     p = stats.chisquare(counts, probs.numpy() * n).pvalue
     tv = 0.5 * np.abs(counts / n - probs.numpy()).sum()
     return p, tv, res, enum, idx
-
-
-def resampled_parent_top(loc, maximum, m, generator):
-    """BROKEN: children get fresh Gumbels, ignoring their parent's perturbed value.
-
-    Stands in for ``softmaxbook.gumbel._gumbel_with_max_top``, which the search calls: the ``m``
-    largest perturbed children of each node and their indices.
-    """
-    return (loc + sample_gumbel(loc.shape, generator=generator, dtype=loc.dtype)).topk(m, dim=-1)
-
-
-def root_at_zero(shape, *, generator=None, dtype=None, device=None):
-    """BROKEN: the root's perturbed value fixed at 0 instead of a fresh Gumbel(0)."""
-    return torch.zeros(shape, dtype=dtype, device=device)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -388,10 +383,16 @@ def test_sampled_sets_follow_sampling_without_replacement(model, k, max_len):
     assert p > P_CUT, f"p = {p:.2e}, TV = {tv:.4f}"
 
 
-def test_set_test_rejects_children_that_ignore_their_parent(monkeypatch):
-    monkeypatch.setattr(beam, "_gumbel_with_max_top", resampled_parent_top)
-    for model, k, max_len in [(MODEL_B, 2, 2), (MODEL_A, 2, 3)]:
-        p, tv, *_ = set_test(Bigram(model), k, max_len, n=20_000, seed=1)
+@pytest.mark.parametrize("variant", ["fresh-children", "raw-parent"])
+def test_set_test_rejects_children_conditioned_on_the_wrong_value(variant):
+    # Children that ignore their parent, and children conditioned on the parent's raw Gumbel
+    # instead of its conditioned value (the literal reading of the notes, errata 33): both
+    # sample sets from the wrong law. (raw-parent on MODEL_B is too close to the exact law for
+    # 20 000 searches to tell; on MODEL_A, p ~ 1e-40.)
+    models = [(MODEL_B, 2, 2), (MODEL_A, 2, 3)] if variant == "fresh-children" else [
+        (MODEL_A, 2, 3)]
+    for model, k, max_len in models:
+        p, tv, *_ = set_test(Bigram(model), k, max_len, n=20_000, seed=1, variant=variant)
         assert p < P_CUT, f"the broken sampler passed: p = {p:.2e}, TV = {tv:.4f}"
 
 
@@ -407,12 +408,11 @@ def test_first_sample_and_its_perturbed_value_follow_the_model():
     assert stats.kstest(g, lambda x: np.exp(-np.exp(-x))).pvalue > P_CUT
 
 
-def test_root_fixed_at_zero_keeps_the_sets_but_breaks_kappa(monkeypatch):
+def test_root_fixed_at_zero_keeps_the_sets_but_breaks_kappa():
     # Fixing the root's value at 0 shifts every perturbed value by the same random amount, which
     # does not change their order: the sampled sets are still right (this test passes) ...
     m = Bigram(MODEL_B)
-    monkeypatch.setattr(beam, "sample_gumbel", root_at_zero)
-    p, tv, res, enum, idx = set_test(m, 2, 2, n=20_000, seed=0)
+    p, tv, res, enum, idx = set_test(m, 2, 2, n=20_000, seed=0, variant="root-zero")
     assert p > P_CUT
     # ... but the top perturbed value is no longer Gumbel(0) (it is 0), and κ is conditioned on
     # it, so the estimator's inclusion probabilities are wrong; see the estimator tests.
@@ -422,11 +422,11 @@ def test_root_fixed_at_zero_keeps_the_sets_but_breaks_kappa(monkeypatch):
 # ------------------------------------------------------------------------------------------------
 # Estimators
 # ------------------------------------------------------------------------------------------------
-def estimator_run(m, k, max_len, n, seed, normalized=False):
+def estimator_run(m, k, max_len, n, seed, normalized=False, variant=None):
     enum = enumerate_sequences(m, max_len, eos=0)
     f_all = enum.lengths.double() + 2.0 * (enum.tokens[:, 0] == 1).double()
     exact = float((enum.log_probs.exp() * f_all).sum())
-    res = stochastic_beam_search(m, k, max_len, eos=0, batch_size=n, generator=gen(seed))
+    res = search(m, k, max_len, n, seed, variant=variant)
     f = f_all[leaf_indices(res.tokens, enum, m.V)]
     est = sbs_estimate(f, res.log_probs, res.kappa, normalized=normalized).numpy()
     return est, exact
@@ -438,11 +438,40 @@ def test_sbs_estimate_is_unbiased():
     assert abs(z) < Z_CUT, f"z = {z:.2f}"
 
 
-def test_unbiasedness_test_rejects_a_root_fixed_at_zero(monkeypatch):
-    monkeypatch.setattr(beam, "sample_gumbel", root_at_zero)
-    est, exact = estimator_run(Bigram(MODEL_A), 3, 3, 20_000, seed=11)
+@pytest.mark.parametrize("variant", BROKEN_VARIANTS)
+def test_unbiasedness_test_rejects_every_broken_variant(variant):
+    # Measured z (20 000 searches, k = 3): root-zero about -20, raw-parent about -30,
+    # fresh-children about -100.
+    est, exact = estimator_run(Bigram(MODEL_A), 3, 3, 20_000, seed=11, variant=variant)
     z = (est.mean() - exact) / (est.std(ddof=1) / math.sqrt(len(est)))
     assert abs(z) > Z_CUT, f"the broken estimator passed: z = {z:.2f}"
+
+
+def test_broken_variants_return_distinct_sequences_and_right_log_probs():
+    m = Bigram(MODEL_A)
+    for variant in BROKEN_VARIANTS:
+        res = search(m, 4, 3, 50, seed=2, variant=variant)
+        for r in range(50):
+            rows = [tuple(t) for t in res.tokens[r].tolist()]
+            assert len(set(rows)) == 4
+        torch.testing.assert_close(res.log_probs.flatten(), m.log_prob(res.tokens.flatten(0, 1)))
+        assert (res.perturbed.diff(dim=1) <= 0).all()
+
+
+def test_raw_parent_conditions_on_the_raw_value():
+    # Deterministic consequence: with max_len = 1 there is only the root, whose raw value is its
+    # value, so raw-parent is the exact search, draw for draw; deeper it differs.
+    m = Bigram(MODEL_A)
+    exact = search(m, 2, 1, 20, seed=4)
+    broken = search(m, 2, 1, 20, seed=4, variant="raw-parent")
+    torch.testing.assert_close(exact.perturbed, broken.perturbed, rtol=0, atol=1e-12)
+    assert torch.equal(exact.tokens, broken.tokens)
+
+
+@pytest.mark.parametrize("variant", ["exact", "", None, 3, "root_zero"])
+def test_broken_search_rejects_unknown_variants(variant):
+    with pytest.raises(ValueError, match="argument 'variant' must be one of"):
+        broken_stochastic_beam_search(Bigram(MODEL_A), 2, 3, variant, eos=0)
 
 
 def test_normalised_estimate_is_exact_for_constants_and_close_otherwise():

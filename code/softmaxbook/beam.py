@@ -67,6 +67,8 @@ References
 Kool, van Hoof & Welling (2019), *Stochastic Beams and Where to Find Them: The Gumbel-Top-k Trick
 for Sampling Sequences Without Replacement*, ICML (Algorithm 1, eq. 11 for the estimator).
 Duffield, Lund & Thorup (2007), *Priority sampling* (the inclusion-probability estimator).
+Kool, van Hoof & Welling (2020), *Estimating gradients for discrete random variables by sampling
+without replacement*, ICLR (the estimator as a gradient estimator with a built-in baseline).
 """
 
 from __future__ import annotations
@@ -85,7 +87,13 @@ from softmaxbook._validate import (
     check_no_posinf,
     check_positive_number,
 )
-from softmaxbook.gumbel import _gumbel_with_max_top, gumbel_with_max, sample_gumbel
+from softmaxbook.gumbel import (
+    _gumbel_with_max_top,
+    _log1mexp,
+    _softplus,
+    gumbel_with_max,
+    sample_gumbel,
+)
 
 __all__ = [
     "PAD",
@@ -95,6 +103,8 @@ __all__ = [
     "beam_search",
     "stochastic_beam_search",
     "stochastic_beam_search_reference",
+    "BROKEN_VARIANTS",
+    "broken_stochastic_beam_search",
     "sample_sequences",
     "enumerate_sequences",
     "sbs_estimate",
@@ -302,8 +312,12 @@ def _setup(step_fn, k, max_len, eos, init_state, batch_size, device, generator, 
 # The search
 # ---------------------------------------------------------------------------------------------
 
-def _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator, stochastic, func):
+def _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator, stochastic, func,
+            variant=None):
     """Beam search over ``B`` independent trees; with ``stochastic``, on perturbed scores.
+
+    ``variant`` (stochastic only) is ``None`` for the exact search, or one of
+    :data:`BROKEN_VARIANTS` (see :func:`broken_stochastic_beam_search`).
 
     The beam of every input holds up to ``width`` nodes, each with its tokens, its
     log-probability ``φ_S`` and its score (``φ_S`` for beam search, the perturbed ``G_S`` for
@@ -322,6 +336,7 @@ def _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator,
     tokens = torch.empty(B, 1, 0, dtype=torch.long, device=device)
     finished = torch.zeros(B, 1, dtype=torch.bool, device=device)
     logp = score = None  # created at the first call, in the dtype the model returns
+    raw = None  # variant "raw-parent" only: each node's unconditioned Gumbel
 
     for t in range(max_len):
         K = tokens.shape[1]
@@ -342,6 +357,9 @@ def _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator,
                 # would be right either way, but κ and the perturbed values (and so the
                 # estimator's inclusion probabilities) would not (errata 33).
                 score = sample_gumbel((B, 1), generator=generator, dtype=lp.dtype, device=device)
+                if variant == "root-zero":  # BROKEN on purpose
+                    score = torch.zeros_like(score)
+                raw = score
             else:
                 score = logp
         # Candidates: children of every open node, plus a last column, the pseudo-child of a
@@ -360,13 +378,28 @@ def _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator,
             # condition (and compete with) just the top `width` of each node.
             m = min(width, V)
             loc = flat_logp.index_select(0, active_flat).unsqueeze(1) + lp  # φ_S' = φ_S + log p
-            g, tok_m = _gumbel_with_max_top(
-                loc, flat_score.index_select(0, active_flat).unsqueeze(1), m, generator)
+            parent_score = flat_score.index_select(0, active_flat).unsqueeze(1)
+            if variant is None:
+                g, tok_m = _gumbel_with_max_top(loc, parent_score, m, generator)
+            elif variant == "fresh-children":  # BROKEN: the parent's value is ignored
+                fresh = loc + sample_gumbel(loc.shape, generator=generator, dtype=loc.dtype,
+                                            device=device)
+                g, tok_m = fresh.topk(m, dim=-1)
+            elif variant == "raw-parent":  # BROKEN: conditioned on the parent's raw Gumbel
+                fresh = loc + sample_gumbel(loc.shape, generator=generator, dtype=loc.dtype,
+                                            device=device)
+                raw_m, tok_m = fresh.topk(m, dim=-1)
+                parent_raw = raw.flatten().index_select(0, active_flat).unsqueeze(1)
+                g = _shift_to_max(raw_m, parent_raw)
+            else:  # root-zero: the children are right, given the (wrong) root
+                g, tok_m = _gumbel_with_max_top(loc, parent_score, m, generator)
             lp_m = loc.gather(1, tok_m)
             if not all_open:  # nodes that are not expanded get -inf children
                 fill = torch.full((n_nodes, m), -math.inf, dtype=lp.dtype, device=device)
                 g = fill.index_copy(0, active_flat, g)
                 lp_m = fill.index_copy(0, active_flat, lp_m)
+                if variant == "raw-parent":
+                    raw_m = fill.index_copy(0, active_flat, raw_m)
                 tok_m = torch.zeros((n_nodes, m), dtype=torch.long, device=device).index_copy_(
                     0, active_flat, tok_m)
             cols = m + 1
@@ -375,6 +408,9 @@ def _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator,
                 [g, torch.where(leaf, flat_score, ninf).unsqueeze(1)], dim=1)
             child_tok = torch.cat(
                 [tok_m, torch.full((n_nodes, 1), V, dtype=torch.long, device=device)], dim=1)
+            if variant == "raw-parent":
+                child_raw = torch.cat(
+                    [raw_m, torch.where(leaf, raw.flatten(), ninf).unsqueeze(1)], dim=1)
         else:
             if not all_open:  # rows of nodes that are not expanded get -inf children
                 lp = torch.full((n_nodes, V), -math.inf, dtype=lp.dtype,
@@ -390,6 +426,8 @@ def _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator,
         else:
             tok = top_idx % cols
         new_logp = child_logp.view(B, -1).gather(1, top_idx)
+        if variant == "raw-parent":
+            raw = child_raw.view(B, -1).gather(1, top_idx)
         impossible = top_score == -math.inf  # fewer than `width` candidates of positive prob.
         new_logp = new_logp.masked_fill(impossible, -math.inf)
         is_leaf = tok == V
@@ -576,6 +614,55 @@ def stochastic_beam_search_reference(step_fn: Callable, k: int, max_len: int, *,
         lengths[i], log_probs[i], perturbed[i] = len(toks), phi, g
     kappa = torch.tensor(beam[k][2] if len(beam) > k else -math.inf, dtype=dtype)
     return StochasticBeamSearchResult(tokens, lengths, log_probs, perturbed, kappa)
+
+
+BROKEN_VARIANTS = ("fresh-children", "root-zero", "raw-parent")
+"""The deliberate mistakes that :func:`broken_stochastic_beam_search` can make."""
+
+
+def _shift_to_max(values: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Move each row of ``values`` (decreasing, column 0 the row maximum ``Z``) so that its
+    maximum is ``t`` (``[n, 1]``): ``-log(e^{-t} - e^{-Z} + e^{-G})``, in the stable form of
+    ``softmaxbook.gumbel.gumbel_with_max`` (Kool et al. 2019, Appendix B)."""
+    z, rest = values[..., :1], values[..., 1:]
+    v = (t - rest) + _log1mexp(rest - z)
+    return torch.cat([t.expand_as(z), t - _softplus(v)], dim=-1)
+
+
+def broken_stochastic_beam_search(step_fn: Callable, k: int, max_len: int, variant: str, *,
+                                  eos: int | None = None, init_state=None,
+                                  batch_size: int | None = None,
+                                  device: torch.device | str | None = None,
+                                  generator: torch.Generator | None = None
+                                  ) -> StochasticBeamSearchResult:
+    """Stochastic beam search with one deliberate mistake: **not a correct sampler**.
+
+    For teaching and for testing tests: a statistical check of stochastic beam search is only
+    worth something if it rejects these. Same arguments and result as
+    :func:`stochastic_beam_search`, plus ``variant``, one of :data:`BROKEN_VARIANTS`:
+
+    - ``"fresh-children"``: every child gets a fresh ``Gumbel(φ_S')``, ignoring the parent's
+      value. The values of a tree are no longer consistent, and the sampled *sets* follow the
+      wrong law.
+    - ``"root-zero"``: the root's value is 0 instead of a fresh ``Gumbel(0)``. Every value is
+      shifted by the same random amount, so the sets (and their order) are still right, but the
+      perturbed values and ``κ`` are not, and :func:`sbs_estimate` is biased.
+    - ``"raw-parent"``: children are conditioned on their parent's *raw* Gumbel (the fresh draw
+      ``G_{φ_S} ~ Gumbel(φ_S)`` before it was conditioned) instead of its conditioned value
+      ``G̃_S``; the beam still ranks by the conditioned values. This is the literal reading of
+      the first of the two update lines in the source notes (errata 33).
+
+    Returns
+    -------
+    StochasticBeamSearchResult
+        As :func:`stochastic_beam_search`.
+    """
+    func = "broken_stochastic_beam_search"
+    if not isinstance(variant, str) or variant not in BROKEN_VARIANTS:
+        raise ValueError(f"{func}: argument 'variant' must be one of "
+                         f"{', '.join(repr(v) for v in BROKEN_VARIANTS)}, got {variant!r}")
+    return _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator, True,
+                   func, variant=variant)
 
 
 # ---------------------------------------------------------------------------------------------
