@@ -1,0 +1,167 @@
+"""Checks for the coding exercises of the chapter "Noise-contrastive estimation and negative
+sampling" (book/04_nce.ipynb).
+
+* ``nce-objective``: the NCE loss from scores and log noise probabilities, with the noise term's
+  sign right (the source's sign makes the objective unbounded), the ``log k`` in the log-odds,
+  the sum (not the mean) over the k noise words, and stable at extreme scores.
+* ``nce-alias-table``: Vose's alias table; checked by the distribution the table samples, exactly.
+* ``nce-shifted-pmi``: the optimum of negative sampling, PMI - log k, from a joint table.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import call, exercise, expect_close, expect_true
+from ..nce import nce_loss
+
+f64 = dict(dtype=torch.float64)
+
+
+# ------------------------------------------------------------------------------------------------
+def _objective_cases():
+    g = torch.Generator().manual_seed(7)
+    s = torch.randn(5, generator=g, **f64)
+    n = torch.randn(5, 3, generator=g, **f64)
+    lq = torch.log(torch.rand(5, generator=g, **f64) * 0.2 + 0.01)
+    nq = torch.log(torch.rand(5, 3, generator=g, **f64) * 0.2 + 0.01)
+    yield "5 examples, k = 3, moderate scores", s, n, lq, nq, None
+    k1 = torch.tensor([[0.5], [-1.0]], **f64)
+    yield ("2 examples, k = 1", torch.tensor([1.0, -2.0], **f64), k1,
+           torch.tensor([-2.0, -1.0], **f64), torch.tensor([[-1.5], [-3.0]], **f64), None)
+    big = torch.tensor([900.0, -900.0, 60.0], **f64)
+    yield ("extreme scores s = [900, -900, 60], noise scores [[-900, 900]] * 3",
+           big, torch.tensor([[-900.0, 900.0]] * 3, **f64), torch.full((3,), -2.0, **f64),
+           torch.full((3, 2), -2.0, **f64),
+           "log(sigmoid(x)) is log(0) = -inf once sigmoid underflows (x < -745 in float64). "
+           "Use torch.nn.functional.logsigmoid, or -softplus(-x), which are exact everywhere.")
+
+
+@exercise("nce-objective", "the NCE loss")
+def _check_objective(objective):
+    """``objective(data_scores [B], noise_scores [B, k], data_log_q [B], noise_log_q [B, k])``
+    -> the mean over the batch of the per-example NCE loss (a 0-d tensor)."""
+    n_cases = 0
+    for desc, s, n, lq, nq, hint in _objective_cases():
+        got = call(objective, s.clone(), n.clone(), lq.clone(), nq.clone(), input_desc=desc)
+        want = nce_loss(s, n, lq, nq)
+        if hint is None:
+            k = n.shape[1]
+            d_n = n - nq - math.log(k)
+            d_s = s - lq - math.log(k)
+            wrong_sign = (-torch.nn.functional.logsigmoid(d_s)
+                          + torch.nn.functional.logsigmoid(d_n).sum(-1)).mean()
+            no_log_k = nce_loss(s, n, lq - math.log(k), nq - math.log(k))
+            mean_k = (-torch.nn.functional.logsigmoid(d_s)
+                      - torch.nn.functional.logsigmoid(-d_n).mean(-1)).mean()
+            g = torch.as_tensor(got, **f64) if isinstance(got, (torch.Tensor, float)) else None
+            if g is not None and g.numel() == 1 and torch.isclose(g.reshape(()), wrong_sign):
+                hint = ("a noise word has label 0: its term is log P(Y = 0 | w') = "
+                        "log(1 - sigma(Delta)) = log sigma(-Delta). With the opposite sign the "
+                        "loss can be driven to -infinity by raising the noise scores.")
+            elif g is not None and g.numel() == 1 and k > 1 and torch.isclose(
+                    g.reshape(()), no_log_k):
+                hint = ("the log-odds of 'data' are Delta = s - log(k q), not s - log q: "
+                        "there are k noise words for every data word.")
+            elif g is not None and g.numel() == 1 and k > 1 and torch.isclose(
+                    g.reshape(()), mean_k):
+                hint = "sum the k noise terms of an example; do not average them."
+            else:
+                hint = ("per example: -log sigma(Delta(w)) - sum_j log sigma(-Delta(w'_j)) with "
+                        "Delta = s - log(k q); then the mean over the batch.")
+        expect_close(got, want, input_desc=desc, rtol=1e-9, atol=1e-12, hint=hint)
+        n_cases += 1
+    # float32 input stays float32-accurate and finite
+    s, n = torch.tensor([30.0, -30.0]), torch.tensor([[-30.0, 30.0], [0.0, 1.0]])
+    lq, nq = torch.full((2,), -1.0), torch.full((2, 2), -1.0)
+    desc = "float32 scores [30, -30], noise [[-30, 30], [0, 1]], log q = -1"
+    got = call(objective, s, n, lq, nq, input_desc=desc)
+    expect_close(got, nce_loss(s.double(), n.double(), lq.double(), nq.double()),
+                 input_desc=desc, rtol=1e-5, atol=1e-6,
+                 hint="keep the computation stable: logsigmoid, not log of sigmoid.")
+    return n_cases + 1
+
+
+# ------------------------------------------------------------------------------------------------
+def _table_distribution(prob, alias, V):
+    prob = torch.as_tensor(prob, **f64).reshape(-1)
+    alias = torch.as_tensor(alias).long().reshape(-1)
+    out = prob.clone()
+    out.index_add_(0, alias, 1.0 - prob)
+    return out / V
+
+
+@exercise("nce-alias-table", "Vose's alias table")
+def _check_alias_table(alias_table):
+    """``alias_table(probs [V], float64, sums to 1)`` -> ``(prob [V] float, alias [V] int)``."""
+    cases = [
+        ("probs = [0.5, 0.3, 0.2]", torch.tensor([0.5, 0.3, 0.2], **f64)),
+        ("uniform over 4 words", torch.full((4,), 0.25, **f64)),
+        ("one word", torch.tensor([1.0], **f64)),
+        ("probs = [0.1, 0, 0.6, 0, 0.3] (two impossible words)",
+         torch.tensor([0.1, 0.0, 0.6, 0.0, 0.3], **f64)),
+        ("a Zipf law over 50 words", (1 / torch.arange(1, 51, **f64)) /
+         (1 / torch.arange(1, 51, **f64)).sum()),
+        ("one word with 0.97 of the mass", torch.tensor([0.01, 0.97, 0.01, 0.01], **f64)),
+    ]
+    for desc, p in cases:
+        out = call(alias_table, p.clone(), input_desc=desc)
+        expect_true(isinstance(out, tuple) and len(out) == 2,
+                    f"for input {desc} return a pair (prob, alias), got {type(out).__name__}.")
+        prob, alias = out
+        V = p.numel()
+        ok_types = isinstance(prob, torch.Tensor) and isinstance(alias, torch.Tensor) \
+            and prob.shape == (V,) and alias.shape == (V,) and not alias.is_floating_point()
+        expect_true(ok_types, f"for input {desc} prob and alias should be tensors of shape "
+                    f"({V},), alias of integers.")
+        expect_true(bool(((prob >= 0) & (prob <= 1 + 1e-12)).all()),
+                    f"for input {desc} some entries of prob lie outside [0, 1]: "
+                    f"{prob.tolist()}.",
+                    hint="scale the probabilities by V first: column i holds V p_i of its own "
+                         "word, and a column is full at 1.")
+        expect_true(bool(((alias >= 0) & (alias < V)).all()),
+                    f"for input {desc} some aliases are not word indices in [0, {V}).")
+        expect_close(_table_distribution(prob, alias, V), p, input_desc=desc, rtol=0,
+                     atol=1e-12, what="distribution the table samples",
+                     hint="P(w) = (prob[w] + sum over columns i with alias[i] = w of "
+                          "(1 - prob[i])) / V must equal p. When a small column s borrows "
+                          "from a large word g, take 1 - V p_s away from g's remaining mass.")
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+def _shifted_pmi(joint, k):
+    pw = joint.sum(0, keepdim=True)
+    pc = joint.sum(1, keepdim=True)
+    return torch.log(joint) - torch.log(pc) - torch.log(pw) - math.log(k)
+
+
+@exercise("nce-shifted-pmi", "the optimum of negative sampling")
+def _check_shifted_pmi(shifted_pmi):
+    """``shifted_pmi(joint [C, V], k)`` -> ``[C, V]``: PMI(w, c) - log k."""
+    g = torch.Generator().manual_seed(3)
+    j1 = torch.rand(3, 4, generator=g, **f64)
+    j1 /= j1.sum()
+    j2 = torch.tensor([[0.1, 0.0, 0.2], [0.3, 0.25, 0.15]], **f64)
+    cases = [("a 3 x 4 joint table, k = 5", j1, 5),
+             ("a 3 x 4 joint table, k = 1", j1, 1),
+             ("joint [[0.1, 0, 0.2], [0.3, 0.25, 0.15]] (a pair never seen), k = 15", j2, 15)]
+    for desc, joint, k in cases:
+        got = call(shifted_pmi, joint.clone(), k, input_desc=desc)
+        want = _shifted_pmi(joint, k)
+        hint = ("PMI(w, c) = log p(w, c) - log p(c) - log p(w): p(c) sums the joint over words "
+                "(dim 1), p(w) over contexts (dim 0). Then subtract log k.")
+        if isinstance(got, torch.Tensor) and got.shape == want.shape:
+            gg = got.detach().double()
+            if torch.allclose(gg, want + math.log(k)) and k > 1:
+                hint = "the optimum of negative sampling is shifted: subtract log k."
+            elif torch.allclose(gg, torch.log(joint / joint.sum(1, keepdim=True)) - math.log(k)):
+                hint = ("that is log p(w | c) - log k; negative sampling also divides by the "
+                        "noise probability q(w) = p(w), the unigram distribution.")
+        expect_close(got, want, input_desc=desc, rtol=1e-9, atol=1e-12, hint=hint)
+        if bool((joint == 0).any()):
+            expect_true(bool(torch.isneginf(torch.as_tensor(got)[joint == 0]).all()),
+                        f"for input {desc} a pair with p(w, c) = 0 should get -inf.")
+    return len(cases)

@@ -1,0 +1,150 @@
+"""The checks of the NCE chapter's coding exercises accept right answers and reject plausible
+wrong ones with a message that names the input and helps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from softmaxbook.exercises import ExerciseCheckFailed, check, registered
+
+
+def test_registered():
+    assert registered("nce") == ["nce-alias-table", "nce-objective", "nce-shifted-pmi"]
+
+
+def stub(*args):
+    raise NotImplementedError
+
+
+# --- nce-objective ----------------------------------------------------------------------------
+def right_objective(s, n, lq, nq):
+    k = n.shape[-1]
+    d, e = s - lq - math.log(k), n - nq - math.log(k)
+    return (-F.logsigmoid(d) - F.logsigmoid(-e).sum(-1)).mean()
+
+
+def source_sign(s, n, lq, nq):  # the source's + sum log sigma(Delta')
+    k = n.shape[-1]
+    d, e = s - lq - math.log(k), n - nq - math.log(k)
+    return (-F.logsigmoid(d) + F.logsigmoid(e).sum(-1)).mean()
+
+
+def no_log_k(s, n, lq, nq):
+    return (-F.logsigmoid(s - lq) - F.logsigmoid(-(n - nq)).sum(-1)).mean()
+
+
+def mean_over_k(s, n, lq, nq):
+    k = n.shape[-1]
+    d, e = s - lq - math.log(k), n - nq - math.log(k)
+    return (-F.logsigmoid(d) - F.logsigmoid(-e).mean(-1)).mean()
+
+
+def naive_log_sigmoid(s, n, lq, nq):
+    k = n.shape[-1]
+    d, e = s - lq - math.log(k), n - nq - math.log(k)
+    return (-torch.log(torch.sigmoid(d)) - torch.log(torch.sigmoid(-e)).sum(-1)).mean()
+
+
+def test_objective_accepts_right_answer(capsys):
+    assert check("nce-objective", right_objective)
+    assert "correct" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer, message", [
+    (source_sign, "moderate scores.*a noise word has label 0"),
+    (no_log_k, "k = 3.*not s - log q"),
+    (mean_over_k, "k = 3.*do not average"),
+    (naive_log_sigmoid, "extreme scores.*logsigmoid"),
+    (lambda s, n, lq, nq: right_objective(s, n, lq, nq) * s.shape[0], "moderate scores"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_objective_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=f"(?s){message}"):
+        check("nce-objective", answer)
+
+
+# --- nce-alias-table --------------------------------------------------------------------------
+def right_table(p):
+    V = p.numel()
+    scaled = (p * V).tolist()
+    prob, alias = [1.0] * V, list(range(V))
+    small = [i for i, x in enumerate(scaled) if x < 1]
+    large = [i for i, x in enumerate(scaled) if x >= 1]
+    while small and large:
+        s, g = small.pop(), large.pop()
+        prob[s], alias[s] = scaled[s], g
+        scaled[g] = scaled[g] + scaled[s] - 1
+        (small if scaled[g] < 1 else large).append(g)
+    return torch.tensor(prob, dtype=torch.float64), torch.tensor(alias)
+
+
+def unscaled_table(p):  # forgets to multiply by V
+    V = p.numel()
+    scaled = p.tolist()
+    prob, alias = [1.0] * V, list(range(V))
+    small = [i for i, x in enumerate(scaled) if x < 1 / V]
+    large = [i for i, x in enumerate(scaled) if x >= 1 / V]
+    while small and large:
+        s, g = small.pop(), large.pop()
+        prob[s], alias[s] = scaled[s], g
+        scaled[g] = scaled[g] + scaled[s] - 1 / V
+        (small if scaled[g] < 1 / V else large).append(g)
+    return torch.tensor(prob, dtype=torch.float64), torch.tensor(alias)
+
+
+def no_mass_update(p):  # the donor's mass is never reduced
+    V = p.numel()
+    scaled = (p * V).tolist()
+    prob, alias = [1.0] * V, list(range(V))
+    small = [i for i, x in enumerate(scaled) if x < 1]
+    large = [i for i, x in enumerate(scaled) if x >= 1]
+    j = 0
+    for s in small:
+        prob[s], alias[s] = scaled[s], large[j % len(large)]
+        j += 1
+    return torch.tensor(prob, dtype=torch.float64), torch.tensor(alias)
+
+
+def test_alias_table_accepts_right_answer():
+    assert check("nce-alias-table", right_table)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (unscaled_table, "for input probs = \\[0.5, 0.3, 0.2\\].*distribution the table samples"),
+    (no_mass_update, "two impossible words.*remaining mass"),
+    (lambda p: (p, torch.arange(p.numel())), "probs = \\[0.5, 0.3, 0.2\\]"),
+    (lambda p: right_table(p)[0], "return a pair"),
+    (stub, "NotImplementedError"),
+])
+def test_alias_table_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=f"(?s){message}"):
+        check("nce-alias-table", answer)
+
+
+# --- nce-shifted-pmi --------------------------------------------------------------------------
+def right_pmi(joint, k):
+    return (torch.log(joint) - torch.log(joint.sum(1, keepdim=True))
+            - torch.log(joint.sum(0, keepdim=True)) - math.log(k))
+
+
+def test_shifted_pmi_accepts_right_answer():
+    assert check("nce-shifted-pmi", right_pmi)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda j, k: right_pmi(j, k) + math.log(k), "k = 5.*subtract log k"),
+    (lambda j, k: torch.log(j / j.sum(1, keepdim=True)) - math.log(k), "k = 5.*unigram"),
+    (lambda j, k: (torch.log(j) - 2 * torch.log(j.sum(0, keepdim=True)) - math.log(k)),
+     "k = 5.*dim 1"),
+    (lambda j, k: torch.log(j.clamp(min=1e-12)) - torch.log(j.sum(1, keepdim=True))
+     - torch.log(j.sum(0, keepdim=True)) - math.log(k), "never seen"),
+    (stub, "NotImplementedError"),
+])
+def test_shifted_pmi_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=f"(?s){message}"):
+        check("nce-shifted-pmi", answer)
