@@ -1,0 +1,573 @@
+"""Gradients of expectations: the score-function (REINFORCE) and pathwise (reparameterisation)
+estimators, baselines, reparameterised samplers and the KL divergence between diagonal Gaussians.
+
+The problem: estimate ``d/dtheta E_{z ~ p(z; theta)}[f(z)]`` from samples. Two unbiased answers:
+
+* **score function** (likelihood ratio, REINFORCE; Williams 1992):
+  ``(f(z) - b) * d/dtheta log p(z; theta)`` with ``z ~ p(z; theta)`` and a baseline ``b`` that
+  does not depend on ``z``. It needs only ``log p`` and values of ``f``; ``z`` may be discrete.
+* **pathwise** (reparameterisation; Kingma & Welling 2014): write ``z = g(eps, theta)`` with noise
+  ``eps ~ p(eps)`` free of ``theta``; then ``d/dtheta f(g(eps, theta))`` with ``eps ~ p(eps)``.
+  It needs a differentiable ``f`` and ``g``.
+
+Conventions used here:
+
+* The estimators return the **per-sample** estimates, one row per sample (shape
+  ``(n, *theta.shape)``), so that their mean is the gradient estimate and their variance can be
+  measured. ``estimates.mean(0)`` is the usual minibatch estimate.
+* Randomness comes only from the optional keyword ``generator`` (a ``torch.Generator``).
+* The samplers ``sample_*`` are ``g(eps, theta)`` applied to noise drawn from ``generator``: the
+  result is differentiable with respect to every floating-point parameter tensor (like
+  ``torch.distributions``' ``rsample``), except :func:`sample_rademacher`, which is discrete.
+
+References
+----------
+* Williams (1992), *Simple statistical gradient-following algorithms for connectionist
+  reinforcement learning*, Machine Learning 8 (the score-function estimator, baselines).
+* Kingma & Welling (2014), *Auto-Encoding Variational Bayes*, ICLR (the reparameterisation trick,
+  the analytic Gaussian KL of Appendix B).
+* Mohamed, Rosca, Figurnov & Mnih (2020), *Monte Carlo Gradient Estimation in Machine Learning*,
+  JMLR 21 (sections 4-5: both estimators, their variances; section 7: control variates).
+* Kool, van Hoof & Welling (2019), *Buy 4 REINFORCE Samples, Get a Baseline for Free!* (the
+  leave-one-out baseline).
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Callable
+
+import torch
+
+from softmaxbook._validate import (
+    as_float_tensor,
+    check_finite,
+    check_generator,
+    check_int,
+    check_positive_number,
+)
+
+__all__ = [
+    "MovingAverageBaseline",
+    "baseline_values",
+    "score_function_estimates",
+    "pathwise_estimates",
+    "square_example_variances",
+    "sample_exponential",
+    "sample_cauchy",
+    "sample_laplace_standard",
+    "sample_laplace",
+    "sample_box_muller",
+    "sample_gaussian",
+    "sample_rademacher",
+    "sample_lognormal",
+    "sample_inverse_gamma",
+    "gaussian_kl",
+]
+
+
+# ------------------------------------------------------------------------------------------------
+# Baselines
+# ------------------------------------------------------------------------------------------------
+class MovingAverageBaseline:
+    """A baseline that is an exponentially decaying average of past values of ``f``.
+
+    ``b_t = decay * b_{t-1} + (1 - decay) * mean(f values of batch t)``; the first batch sets
+    ``b`` to its mean. The baseline used for a batch is the value **before** that batch updates it,
+    so it does not depend on the batch's samples and the score-function estimate stays unbiased.
+    This is the "decaying average" baseline of Pyro's SVI (``baseline_beta``) and of Williams (1992).
+
+    Parameters
+    ----------
+    decay : float in [0, 1)
+        Weight of the old value. ``0`` uses the previous batch's mean.
+    """
+
+    def __init__(self, decay: float = 0.9):
+        decay = check_positive_number(decay, "decay", "MovingAverageBaseline", allow_zero=True)
+        if decay >= 1:
+            raise ValueError(f"MovingAverageBaseline: argument 'decay' must be < 1, got {decay}")
+        self.decay = decay
+        self.value: float | None = None
+
+    def current(self) -> float:
+        """The baseline for the next batch (0.0 before the first update)."""
+        return 0.0 if self.value is None else self.value
+
+    def update(self, f_values: torch.Tensor) -> None:
+        """Fold the mean of a batch's values of ``f`` into the average."""
+        f_values = as_float_tensor(f_values, "f_values", "MovingAverageBaseline.update")
+        check_finite(f_values, "f_values", "MovingAverageBaseline.update")
+        m = float(f_values.detach().mean())
+        self.value = m if self.value is None else self.decay * self.value + (1 - self.decay) * m
+
+    def __repr__(self) -> str:
+        return f"MovingAverageBaseline(decay={self.decay}, value={self.value})"
+
+
+def baseline_values(f_values: torch.Tensor, baseline=None) -> torch.Tensor:
+    """The baseline ``b_i`` subtracted from each sample's ``f(z_i)``.
+
+    Parameters
+    ----------
+    f_values : Tensor of shape (n,)
+        Values ``f(z_i)`` of the ``n`` samples.
+    baseline : None, a number, ``"leave-one-out"``, or a :class:`MovingAverageBaseline`
+        * ``None``: ``b_i = 0`` (plain REINFORCE);
+        * a number ``c``: ``b_i = c``;
+        * ``"leave-one-out"``: ``b_i`` is the mean of the *other* samples' values,
+          ``(sum_j f_j - f_i) / (n - 1)`` (Kool et al. 2019); it needs ``n >= 2``;
+        * a :class:`MovingAverageBaseline`: its current value (this function does not update it).
+
+    Returns
+    -------
+    Tensor of shape (n,), detached: a baseline never carries gradient.
+
+    Every choice is independent of ``z_i`` given the other samples, which is what keeps
+    ``(f_i - b_i) * score_i`` unbiased.
+    """
+    func = "baseline_values"
+    f_values = as_float_tensor(f_values, "f_values", func)
+    if f_values.dim() != 1:
+        raise ValueError(f"{func}: argument 'f_values' must be 1-D (one value per sample), got "
+                         f"shape {tuple(f_values.shape)}")
+    check_finite(f_values, "f_values", func)
+    f = f_values.detach()
+    if baseline is None:
+        return torch.zeros_like(f)
+    if isinstance(baseline, str):
+        if baseline != "leave-one-out":
+            raise ValueError(f"{func}: argument 'baseline' must be None, a number, "
+                             f"'leave-one-out' or a MovingAverageBaseline, got {baseline!r}")
+        n = f.shape[0]
+        if n < 2:
+            raise ValueError(f"{func}: argument 'baseline'='leave-one-out' needs at least 2 "
+                             f"samples, got {n}")
+        return (f.sum() - f) / (n - 1)
+    if isinstance(baseline, MovingAverageBaseline):
+        return torch.full_like(f, baseline.current())
+    if isinstance(baseline, Real) and not isinstance(baseline, bool):
+        if not math.isfinite(baseline):
+            raise ValueError(f"{func}: argument 'baseline' must be finite, got {baseline}")
+        return torch.full_like(f, float(baseline))
+    raise TypeError(f"{func}: argument 'baseline' must be None, a number, 'leave-one-out' or a "
+                    f"MovingAverageBaseline, got {type(baseline).__name__}")
+
+
+# ------------------------------------------------------------------------------------------------
+# The two estimators
+# ------------------------------------------------------------------------------------------------
+def _check_theta(theta, func: str) -> torch.Tensor:
+    theta = as_float_tensor(theta, "theta", func)
+    check_finite(theta, "theta", func)
+    return theta
+
+
+def _per_sample_jacobian(fn: Callable, theta: torch.Tensor, data: torch.Tensor, func: str,
+                         what: str) -> torch.Tensor:
+    """Rows ``d fn(data, theta)[i] / d theta``, shape ``(n, *theta.shape)``.
+
+    ``fn(data, theta)`` returns one value per row of ``data`` (shape ``(n,)``), row ``i``
+    depending on ``data[i]`` only. Computed with ``theta.numel() + 1`` backward passes, whatever
+    ``n``: with ``v`` a vector of ones, ``g(v) = d/dtheta sum_i v_i fn_i`` is linear in ``v`` and
+    ``d g_p / d v_i`` is the entry ``(i, p)`` of the Jacobian (the double-backward trick; one
+    backward pass per sample would cost ``n`` passes). ``theta`` is small in this module's uses.
+    """
+    n = data.shape[0]
+    leaf = theta.detach().requires_grad_(True)
+    with torch.enable_grad():
+        values = fn(data, leaf)
+        if (not isinstance(values, torch.Tensor) or values.dim() != 1
+                or values.shape[0] != n):
+            shape = (tuple(values.shape) if isinstance(values, torch.Tensor)
+                     else type(values).__name__)
+            raise ValueError(f"{func}: {what} must return one value per sample (shape "
+                             f"({n},)), got {shape}")
+        if not values.requires_grad:
+            raise ValueError(f"{func}: {what} does not depend on 'theta' through autograd (its "
+                             f"result has no gradient); compute it from 'theta' with torch "
+                             f"operations")
+        v = torch.ones_like(values, requires_grad=True)
+        (g,) = torch.autograd.grad(values, leaf, v, create_graph=True, allow_unused=True)
+        if g is None:
+            g = torch.zeros_like(leaf)
+        flat = g.reshape(-1)
+        cols = []
+        for p in range(flat.numel()):
+            col = None
+            if flat.requires_grad:
+                (col,) = torch.autograd.grad(flat[p], v, retain_graph=True, allow_unused=True)
+            cols.append(torch.zeros_like(values) if col is None else col)
+    return torch.stack(cols, dim=-1).reshape((n,) + tuple(theta.shape)).detach()
+
+
+def score_function_estimates(f: Callable, sample: Callable, log_prob: Callable,
+                             theta: torch.Tensor, n: int, *, baseline=None,
+                             generator: torch.Generator | None = None) -> torch.Tensor:
+    """Per-sample score-function (REINFORCE) estimates of ``d/dtheta E_{p(z; theta)}[f(z)]``.
+
+    For ``z_i ~ p(z; theta)``, ``i = 1..n``, returns the rows
+    ``(f(z_i) - b_i) * d/dtheta log p(z_i; theta)``. Each row is an unbiased estimate; their mean
+    is the usual estimate from ``n`` samples. Williams (1992); Mohamed et al. (2020), eq. 13.
+
+    Parameters
+    ----------
+    f : callable ``f(z) -> Tensor (n,)``
+        The function whose expectation is differentiated; only its values are used (it may be
+        a black box, and ``z`` may be discrete).
+    sample : callable ``sample(theta, n, generator) -> z``
+        Draws ``n`` samples (first dimension ``n``); it is called without gradient.
+    log_prob : callable ``log_prob(z, theta) -> Tensor (n,)``
+        ``log p(z_i; theta)`` for each sample, computed from ``theta`` with torch operations.
+    theta : Tensor
+        The parameters (any shape, floating point).
+    n : int >= 1
+        Number of samples.
+    baseline : see :func:`baseline_values`
+        A :class:`MovingAverageBaseline` is used with its current value and then updated with
+        this batch's values of ``f``.
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    Tensor of shape ``(n, *theta.shape)``.
+    """
+    func = "score_function_estimates"
+    theta = _check_theta(theta, func)
+    n = check_int(n, "n", func, minimum=1)
+    check_generator(generator, theta.device, func)
+    for name, c in (("f", f), ("sample", sample), ("log_prob", log_prob)):
+        if not callable(c):
+            raise TypeError(f"{func}: argument '{name}' must be callable, got {type(c).__name__}")
+    with torch.no_grad():
+        z = sample(theta.detach(), n, generator)
+        fz = f(z)
+    fz = as_float_tensor(torch.as_tensor(fz), "f(z)", func)
+    if tuple(fz.shape) != (n,):
+        raise ValueError(f"{func}: argument 'f' must return one value per sample (shape ({n},)), "
+                         f"got shape {tuple(fz.shape)}")
+    b = baseline_values(fz, baseline)
+    if isinstance(baseline, MovingAverageBaseline):
+        baseline.update(fz)
+    scores = _per_sample_jacobian(log_prob, theta, z, func, "argument 'log_prob'")
+    weight = (fz - b).reshape((n,) + (1,) * theta.dim())
+    return weight * scores
+
+
+def pathwise_estimates(f: Callable, transform: Callable, noise: Callable, theta: torch.Tensor,
+                       n: int, *, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Per-sample pathwise (reparameterisation) estimates of ``d/dtheta E_{p(z; theta)}[f(z)]``.
+
+    With ``eps_i ~ p(eps)`` (free of ``theta``) and ``z_i = g(eps_i, theta)``, returns the rows
+    ``d/dtheta f(g(eps_i, theta))``. Kingma & Welling (2014); Mohamed et al. (2020), eq. 35.
+
+    Parameters
+    ----------
+    f : callable ``f(z) -> Tensor (n,)``, differentiable.
+    transform : callable ``transform(eps, theta) -> z``, the map ``g``, differentiable in theta.
+    noise : callable ``noise(n, generator) -> eps``, the base noise (first dimension ``n``).
+    theta : Tensor (any shape, floating point).
+    n : int >= 1
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    Tensor of shape ``(n, *theta.shape)``.
+    """
+    func = "pathwise_estimates"
+    theta = _check_theta(theta, func)
+    n = check_int(n, "n", func, minimum=1)
+    check_generator(generator, theta.device, func)
+    for name, c in (("f", f), ("transform", transform), ("noise", noise)):
+        if not callable(c):
+            raise TypeError(f"{func}: argument '{name}' must be callable, got {type(c).__name__}")
+    with torch.no_grad():
+        eps = noise(n, generator)
+    return _per_sample_jacobian(lambda e, th: f(transform(e, th)), theta, eps, func,
+                                "f(transform(eps, theta))")
+
+
+def square_example_variances(mu, a, baseline=0.0) -> dict:
+    """Closed-form means and variances of the two single-sample estimators for the source's
+    example: ``z ~ N(mu, 1)`` with ``mu = a * theta + b``, ``f(z) = z**2``, gradient in ``theta``.
+
+    With ``z = mu + eps``, ``eps ~ N(0, 1)``:
+
+    * pathwise ``2 a z``: mean ``2 a mu``, variance ``4 a**2``;
+    * score function ``a (z**2 - c) (z - mu)`` with a constant baseline ``c``: mean ``2 a mu``,
+      variance ``a**2 (mu**4 + 14 mu**2 + 15 - 2 c (mu**2 + 3) + c**2)`` (from the Gaussian
+      moments ``E eps**2 = 1``, ``E eps**4 = 3``, ``E eps**6 = 15``). ``c = 0`` gives
+      ``a**2 (mu**4 + 14 mu**2 + 15)``, ``c = mu**2 + 1 = E f`` gives ``a**2 (8 mu**2 + 10)``, and
+      the best constant ``c = mu**2 + 3`` gives ``a**2 (8 mu**2 + 6)``.
+
+    Parameters
+    ----------
+    mu, a, baseline : float
+
+    Returns
+    -------
+    dict with keys ``"mean"``, ``"var_pathwise"``, ``"var_score"``.
+    """
+    func = "square_example_variances"
+    vals = []
+    for name, v in (("mu", mu), ("a", a), ("baseline", baseline)):
+        if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v):
+            raise ValueError(f"{func}: argument '{name}' must be a finite number, got {v!r}")
+        vals.append(float(v))
+    mu, a, c = vals
+    return {
+        "mean": 2 * a * mu,
+        "var_pathwise": 4 * a**2,
+        "var_score": a**2 * (mu**4 + 14 * mu**2 + 15 - 2 * c * (mu**2 + 3) + c**2),
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# Reparameterised samplers (the source's table, corrected: erratum 26)
+# ------------------------------------------------------------------------------------------------
+def _param(x, name: str, func: str, *, positive: bool = False) -> torch.Tensor:
+    if isinstance(x, Real) and not isinstance(x, bool):
+        x = torch.tensor(float(x), dtype=torch.get_default_dtype())
+    x = as_float_tensor(x, name, func)
+    check_finite(x, name, func)
+    if positive and bool((x <= 0).any()):
+        raise ValueError(f"{func}: argument '{name}' must be > 0 everywhere, got a value "
+                         f"{float(x[x <= 0].flatten()[0])}")
+    return x
+
+
+def _shape(sample_shape, func: str) -> tuple[int, ...]:
+    if isinstance(sample_shape, int) and not isinstance(sample_shape, bool):
+        sample_shape = (sample_shape,)
+    if not isinstance(sample_shape, (tuple, list, torch.Size)) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sample_shape):
+        raise ValueError(f"{func}: argument 'sample_shape' must be an int or a tuple of "
+                         f"non-negative ints, got {sample_shape!r}")
+    return tuple(sample_shape)
+
+
+def _common(params, func):
+    """Broadcast shape, dtype and device of the parameter tensors (all must agree)."""
+    dtypes = {p.dtype for p in params}
+    devices = {p.device for p in params}
+    if len(dtypes) > 1 or len(devices) > 1:
+        raise ValueError(f"{func}: the parameters must share one dtype and device, got "
+                         f"{sorted(map(str, dtypes))} on {sorted(map(str, devices))}")
+    try:
+        shape = torch.broadcast_shapes(*(p.shape for p in params))
+    except RuntimeError:
+        raise ValueError(f"{func}: the parameters' shapes "
+                         f"{[tuple(p.shape) for p in params]} do not broadcast") from None
+    return tuple(shape), params[0].dtype, params[0].device
+
+
+def _uniform_open(shape, dtype, device, generator):
+    """Uniforms in the open interval (0, 1). ``torch.rand`` samples [0, 1), and a 0 would give
+    ``log 0 = -inf`` below; the clamp moves only draws that were exactly 0 (probability 2^-24
+    in float32, 2^-53 in float64)."""
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    u = torch.rand(shape, dtype=work, device=device, generator=generator)
+    info = torch.finfo(work)
+    return u.clamp_(info.tiny, 1.0 - info.eps / 2).to(dtype)
+
+
+def _setup(func, sample_shape, generator, **params):
+    shape = _shape(sample_shape, func)
+    tensors = params.values()
+    bshape, dtype, device = _common(list(tensors), func)
+    check_generator(generator, device, func)
+    return shape + bshape, dtype, device
+
+
+def sample_exponential(rate=1.0, sample_shape=(), *, generator=None) -> torch.Tensor:
+    """Exponential(rate) by the inverse CDF: ``g(eps) = ln(1 / eps) / rate``, ``eps ~ U(0, 1)``.
+
+    Density ``rate * exp(-rate * x)``, ``x > 0``. Returns ``sample_shape + rate.shape``.
+    """
+    func = "sample_exponential"
+    rate = _param(rate, "rate", func, positive=True)
+    shape, dtype, device = _setup(func, sample_shape, generator, rate=rate)
+    eps = _uniform_open(shape, dtype, device, generator)
+    return -torch.log(eps) / rate
+
+
+def sample_cauchy(loc=0.0, scale=1.0, sample_shape=(), *, generator=None) -> torch.Tensor:
+    """Cauchy(loc, scale): ``g(eps) = loc + scale * tan(pi * (eps - 1/2))``, ``eps ~ U(0, 1)``.
+
+    Density ``1 / (pi * scale * (1 + ((x - loc) / scale)**2))``. The source's ``tan(pi eps)`` has
+    the same law (tan has period pi) but jumps at ``eps = 1/2``; the shifted form is the
+    increasing inverse CDF.
+    """
+    func = "sample_cauchy"
+    loc = _param(loc, "loc", func)
+    scale = _param(scale, "scale", func, positive=True)
+    shape, dtype, device = _setup(func, sample_shape, generator, loc=loc, scale=scale)
+    eps = _uniform_open(shape, dtype, device, generator)
+    return loc + scale * torch.tan(math.pi * (eps - 0.5))
+
+
+def sample_laplace_standard(sample_shape=(), *, generator=None, dtype=None) -> torch.Tensor:
+    """Laplace(0, 1), density ``exp(-|x|) / 2`` (erratum 26: the source omits the 1/2):
+    ``g(eps1, eps2) = ln(eps1 / eps2)`` with ``eps1, eps2 ~ U(0, 1)`` independent (a difference
+    of two Exponential(1) variables)."""
+    func = "sample_laplace_standard"
+    shape = _shape(sample_shape, func)
+    check_generator(generator, None, func)
+    dtype = dtype or torch.get_default_dtype()
+    e1 = _uniform_open(shape, dtype, "cpu", generator)
+    e2 = _uniform_open(shape, dtype, "cpu", generator)
+    return torch.log(e1) - torch.log(e2)
+
+
+def sample_laplace(loc=0.0, scale=1.0, sample_shape=(), *, generator=None) -> torch.Tensor:
+    """Laplace(loc, scale), density ``exp(-|x - loc| / scale) / (2 scale)``, by the inverse CDF:
+    ``g(eps) = loc - scale * sgn(eps) * ln(1 - 2 |eps|)`` with ``eps ~ U(-1/2, 1/2)``
+    (erratum 26: the source draws ``eps`` from [0, 1], where ``ln(1 - 2|eps|)`` is undefined for
+    half the draws)."""
+    func = "sample_laplace"
+    loc = _param(loc, "loc", func)
+    scale = _param(scale, "scale", func, positive=True)
+    shape, dtype, device = _setup(func, sample_shape, generator, loc=loc, scale=scale)
+    eps = _uniform_open(shape, dtype, device, generator) - 0.5
+    # log1p(-2|eps|) is accurate near eps = 0, where 1 - 2|eps| is close to 1.
+    return loc - scale * torch.sign(eps) * torch.log1p(-2 * eps.abs())
+
+
+def sample_box_muller(sample_shape=(), *, generator=None, dtype=None) -> torch.Tensor:
+    """N(0, 1) by Box-Muller: ``g(eps1, eps2) = sqrt(2 ln(1 / eps1)) * cos(2 pi eps2)`` with
+    ``eps1, eps2 ~ U(0, 1)`` (erratum 26: the source omits the factor 2 under the root, which
+    gives variance 1/2)."""
+    func = "sample_box_muller"
+    shape = _shape(sample_shape, func)
+    check_generator(generator, None, func)
+    dtype = dtype or torch.get_default_dtype()
+    e1 = _uniform_open(shape, dtype, "cpu", generator)
+    e2 = _uniform_open(shape, dtype, "cpu", generator)
+    return torch.sqrt(-2 * torch.log(e1)) * torch.cos(2 * math.pi * e2)
+
+
+def sample_gaussian(mean: torch.Tensor, factor: torch.Tensor, sample_shape=(), *,
+                    generator=None) -> torch.Tensor:
+    """N(mean, R R^T) with a covariance factor ``R``: ``g(eps) = mean + R eps``, ``eps ~ N(0, I)``.
+
+    Parameters
+    ----------
+    mean : Tensor (d,)
+    factor : Tensor (d, k), any factor with ``R R^T`` the covariance (e.g. a Cholesky factor).
+
+    Returns
+    -------
+    Tensor ``sample_shape + (d,)``.
+    """
+    func = "sample_gaussian"
+    mean = _param(mean, "mean", func)
+    factor = _param(factor, "factor", func)
+    if mean.dim() != 1 or factor.dim() != 2 or factor.shape[0] != mean.shape[0]:
+        raise ValueError(f"{func}: argument 'factor' must have shape (d, k) with d = "
+                         f"len(mean); got mean {tuple(mean.shape)} and factor "
+                         f"{tuple(factor.shape)}")
+    shape = _shape(sample_shape, func)
+    _common([mean, factor], func)
+    check_generator(generator, mean.device, func)
+    eps = torch.randn(shape + (factor.shape[1],), dtype=mean.dtype, device=mean.device,
+                      generator=generator)
+    return mean + eps @ factor.T
+
+
+def sample_rademacher(sample_shape=(), *, generator=None, dtype=None) -> torch.Tensor:
+    """Rademacher (+1 or -1 with probability 1/2 each): ``g(eps) = 2 eps - 1``,
+    ``eps ~ Bernoulli(1/2)``. No parameter, hence nothing to differentiate: a discrete law has
+    no pathwise gradient."""
+    func = "sample_rademacher"
+    shape = _shape(sample_shape, func)
+    check_generator(generator, None, func)
+    dtype = dtype or torch.get_default_dtype()
+    eps = torch.randint(0, 2, shape, generator=generator).to(dtype)
+    return 2 * eps - 1
+
+
+def sample_lognormal(mu=0.0, sigma=1.0, sample_shape=(), *, generator=None) -> torch.Tensor:
+    """Log-normal: ``g(eps) = exp(mu + sigma * eps)`` with ``eps ~ N(0, 1)`` (erratum 26: the
+    source draws ``eps ~ N(mu, sigma**2)``, which leaves no parameter in ``g``)."""
+    func = "sample_lognormal"
+    mu = _param(mu, "mu", func)
+    sigma = _param(sigma, "sigma", func, positive=True)
+    shape, dtype, device = _setup(func, sample_shape, generator, mu=mu, sigma=sigma)
+    eps = torch.randn(shape, dtype=dtype, device=device, generator=generator)
+    return torch.exp(mu + sigma * eps)
+
+
+def sample_inverse_gamma(shape_k, scale=1.0, sample_shape=(), *, generator=None) -> torch.Tensor:
+    """Inverse gamma IG(k, theta), density ``theta**k / Gamma(k) x**(-k-1) exp(-theta / x)``:
+    ``g(eps, theta) = theta / eps`` with ``eps ~ Gamma(k, 1)`` -- equivalently ``1 / eps'`` with
+    ``eps' ~ Gamma(k, rate theta)`` (erratum 26: the source's ``IG(lk; theta)`` is ``IG(k; theta)``).
+
+    The gradient in ``theta`` is pathwise; the gradient in ``k`` flows through PyTorch's gamma
+    sampler, which differentiates its draws implicitly (Figurnov, Mohamed & Mnih 2018).
+    """
+    func = "sample_inverse_gamma"
+    k = _param(shape_k, "shape_k", func, positive=True)
+    scale = _param(scale, "scale", func, positive=True)
+    shape, dtype, device = _setup(func, sample_shape, generator, shape_k=k, scale=scale)
+    g = torch._standard_gamma(k.expand(shape), generator=generator)
+    return scale / g
+
+
+# ------------------------------------------------------------------------------------------------
+# KL divergence between diagonal Gaussians
+# ------------------------------------------------------------------------------------------------
+def gaussian_kl(mu_q: torch.Tensor, logvar_q: torch.Tensor, mu_p: torch.Tensor | None = None,
+                logvar_p: torch.Tensor | None = None) -> torch.Tensor:
+    """KL(q || p) between diagonal Gaussians, summed over the last dimension.
+
+    ``q = N(mu_q, diag(exp(logvar_q)))``, ``p = N(mu_p, diag(exp(logvar_p)))``; ``p`` defaults to
+    the standard normal. Per dimension (erratum 24),
+
+    ``KL = 1/2 [ r - 1 - log r + (mu_q - mu_p)**2 / var_p ]``,  ``r = var_q / var_p``,
+
+    and the KL between products of independent factors is the sum over dimensions.
+
+    Numerics: ``r = exp(logvar_q - logvar_p)`` is formed from the difference of the log-variances,
+    so huge or tiny variances (``logvar`` of +-500 in float64) neither overflow nor underflow, and
+    ``r - 1 - log r`` is evaluated as ``expm1(d) - d`` with ``d = logvar_q - logvar_p``: near
+    ``d = 0`` the naive form cancels to zero while the KL is ``d**2 / 4 > 0``.
+
+    Parameters
+    ----------
+    mu_q, logvar_q : Tensor (..., d)
+    mu_p, logvar_p : Tensor broadcastable to (..., d), optional (both or neither)
+
+    Returns
+    -------
+    Tensor (...): the KL for each leading index, in nats, >= 0.
+
+    Reference: Kingma & Welling (2014), Appendix B; equal to ``torch.distributions.kl_divergence``
+    of two ``Normal`` laws summed over the last dimension.
+    """
+    func = "gaussian_kl"
+    mu_q = as_float_tensor(mu_q, "mu_q", func)
+    logvar_q = as_float_tensor(logvar_q, "logvar_q", func)
+    if (mu_p is None) != (logvar_p is None):
+        raise ValueError(f"{func}: give both 'mu_p' and 'logvar_p' or neither (p = N(0, I))")
+    names = [("mu_q", mu_q), ("logvar_q", logvar_q)]
+    if mu_p is None:
+        mu_p = torch.zeros((), dtype=mu_q.dtype, device=mu_q.device)
+        logvar_p = torch.zeros((), dtype=mu_q.dtype, device=mu_q.device)
+    else:
+        mu_p = as_float_tensor(mu_p, "mu_p", func)
+        logvar_p = as_float_tensor(logvar_p, "logvar_p", func)
+        names += [("mu_p", mu_p), ("logvar_p", logvar_p)]
+    for name, t in names:
+        check_finite(t, name, func)
+    try:
+        shape = torch.broadcast_shapes(*(t.shape for _, t in names))
+    except RuntimeError:
+        raise ValueError(f"{func}: the shapes of " + ", ".join(
+            f"'{n}' {tuple(t.shape)}" for n, t in names) + " do not broadcast") from None
+    if len(shape) == 0:
+        raise ValueError(f"{func}: argument 'mu_q' is a 0-d tensor; the KL is summed over the "
+                         f"last dimension, so give shape (..., d)")
+    d = logvar_q - logvar_p
+    per_dim = torch.expm1(d) - d + (mu_q - mu_p) ** 2 * torch.exp(-logvar_p)
+    return 0.5 * per_dim.expand(shape).sum(-1)

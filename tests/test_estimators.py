@@ -1,0 +1,471 @@
+"""Tests of softmaxbook.estimators.
+
+Statistical tests use fixed seeds, so they are deterministic; the thresholds are stated beside
+each as the false-alarm rate they would have under fresh randomness. KS tests reject at
+p < 1e-3 (a correct sampler fails with probability 0.1 %); each has a twin showing that the same
+test, at the same sample size, rejects a deliberately wrong sampler.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from softmaxbook import estimators as es
+from softmaxbook.estimators import (
+    MovingAverageBaseline,
+    baseline_values,
+    gaussian_kl,
+    pathwise_estimates,
+    score_function_estimates,
+    square_example_variances,
+)
+
+P_CUT = 1e-3
+F64 = dict(dtype=torch.float64)
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------------------
+# A categorical (softmax) choice: exact gradient by enumeration
+# ------------------------------------------------------------------------------------------------
+LOGITS = torch.tensor([0.5, 0.0, -0.5, 1.0], **F64)
+FVALS = torch.tensor([1.0, 3.0, -2.0, 0.5], **F64)
+
+
+def cat_sample(th, n, g):
+    return torch.multinomial(torch.softmax(th, -1), n, replacement=True, generator=g)
+
+
+def cat_log_prob(z, th):
+    return torch.log_softmax(th, -1)[z]
+
+
+def exact_cat_grad():
+    th = LOGITS.clone().requires_grad_(True)
+    (torch.softmax(th, -1) @ FVALS).backward()
+    return th.grad
+
+
+@pytest.mark.parametrize("baseline", [None, 0.0, 1.7, -5.0])
+def test_score_function_unbiased_by_enumeration(baseline):
+    # "Sample" every class once; weighting row k by p_k gives the exact expectation.
+    rows = score_function_estimates(lambda z: FVALS[z], lambda th, n, g: torch.arange(4),
+                                    cat_log_prob, LOGITS, 4, baseline=baseline)
+    p = torch.softmax(LOGITS, -1)
+    expect = (p[:, None] * rows).sum(0)
+    assert torch.allclose(expect, exact_cat_grad(), atol=1e-12)
+
+
+def test_score_function_rows_are_f_times_score():
+    rows = score_function_estimates(lambda z: FVALS[z], lambda th, n, g: torch.arange(4),
+                                    cat_log_prob, LOGITS, 4)
+    p = torch.softmax(LOGITS, -1)
+    score = torch.eye(4, **F64) - p  # d/dlogits log softmax_k = e_k - p
+    assert torch.allclose(rows, FVALS[:, None] * score, atol=1e-12)
+
+
+def test_enumeration_test_can_fail():
+    # A wrong score (e_k instead of e_k - p) is biased; the enumeration test sees it.
+    rows = score_function_estimates(lambda z: FVALS[z], lambda th, n, g: torch.arange(4),
+                                    lambda z, th: th[z], LOGITS, 4)
+    p = torch.softmax(LOGITS, -1)
+    assert not torch.allclose((p[:, None] * rows).sum(0), exact_cat_grad(), atol=1e-3)
+
+
+@pytest.mark.parametrize("baseline", [None, "leave-one-out"])
+def test_score_function_mean_matches_exact_gradient(baseline):
+    n = 200_000
+    rows = score_function_estimates(lambda z: FVALS[z], cat_sample, cat_log_prob, LOGITS, n,
+                                    baseline=baseline, generator=gen(3))
+    se = rows.std(0) / math.sqrt(n)
+    # 5 standard errors per coordinate: false alarm 6e-7 per coordinate
+    assert ((rows.mean(0) - exact_cat_grad()).abs() < 5 * se).all()
+
+
+def test_leave_one_out_reduces_variance_here():
+    # For this f (values spread around a nonzero mean) the leave-one-out baseline removes most
+    # of the spread: total variance 1.97 -> 1.49 at n = 200000, a gap of ~50 standard errors.
+    n = 200_000
+    plain = score_function_estimates(lambda z: FVALS[z], cat_sample, cat_log_prob, LOGITS, n,
+                                     generator=gen(4))
+    loo = score_function_estimates(lambda z: FVALS[z], cat_sample, cat_log_prob, LOGITS, n,
+                                   baseline="leave-one-out", generator=gen(4))
+    assert loo.var(0).sum() < 0.85 * plain.var(0).sum()
+
+
+def test_moving_average_baseline_is_used_then_updated():
+    mab = MovingAverageBaseline(decay=0.5)
+    assert mab.current() == 0.0
+    f = torch.tensor([2.0, 4.0])
+    assert torch.equal(baseline_values(f, mab), torch.zeros(2))
+    mab.update(f)
+    assert mab.current() == 3.0
+    mab.update(torch.tensor([5.0]))
+    assert mab.current() == 4.0
+    # inside the estimator: the batch sees the old value, then the value moves
+    mab = MovingAverageBaseline(decay=0.0)
+    rows = score_function_estimates(lambda z: FVALS[z], lambda th, n, g: torch.arange(4),
+                                    cat_log_prob, LOGITS, 4, baseline=mab)
+    assert torch.allclose(rows, score_function_estimates(
+        lambda z: FVALS[z], lambda th, n, g: torch.arange(4), cat_log_prob, LOGITS, 4))
+    assert mab.current() == pytest.approx(float(FVALS.mean()))
+
+
+def test_baseline_values_kinds():
+    f = torch.tensor([1.0, 2.0, 6.0], **F64)
+    assert torch.equal(baseline_values(f), torch.zeros(3, **F64))
+    assert torch.equal(baseline_values(f, 2.5), torch.full((3,), 2.5, **F64))
+    assert torch.allclose(baseline_values(f, "leave-one-out"),
+                          torch.tensor([4.0, 3.5, 1.5], **F64))
+
+
+# ------------------------------------------------------------------------------------------------
+# The source's Gaussian example: closed forms against Monte Carlo
+# ------------------------------------------------------------------------------------------------
+A, B = 2.0, 3.0
+
+
+def gauss_sample(th, n, g):
+    return A * th + B + torch.randn(n, dtype=th.dtype, generator=g)
+
+
+def gauss_log_prob(z, th):
+    return -0.5 * (z - (A * th + B)) ** 2 - 0.5 * math.log(2 * math.pi)
+
+
+def gauss_noise(n, g):
+    return torch.randn(n, dtype=torch.float64, generator=g)
+
+
+def test_square_example_closed_forms():
+    v = square_example_variances(3.0, 2.0)
+    assert v == {"mean": 12.0, "var_pathwise": 16.0, "var_score": 888.0}
+    assert square_example_variances(3.0, 2.0, 10.0)["var_score"] == 4 * (8 * 9 + 10)
+    assert square_example_variances(3.0, 2.0, 12.0)["var_score"] == 4 * (8 * 9 + 6)
+
+
+@pytest.mark.parametrize("theta, baseline", [(0.0, 0.0), (0.0, 10.0), (-1.0, 0.0), (0.7, 2.0)])
+def test_square_example_monte_carlo(theta, baseline):
+    n = 400_000
+    th = torch.tensor(theta, **F64)
+    mu = A * theta + B
+    exact = square_example_variances(mu, A, baseline)
+    s = score_function_estimates(lambda z: z**2, gauss_sample, gauss_log_prob, th, n,
+                                 baseline=baseline, generator=gen(5))
+    p = pathwise_estimates(lambda z: z**2, lambda e, t: A * t + B + e, gauss_noise, th, n,
+                           generator=gen(6))
+    for rows, var in ((s, exact["var_score"]), (p, exact["var_pathwise"])):
+        # mean within 5 standard errors (false alarm 6e-7); variance within 5 % (its relative
+        # standard error is below 1 % here for both estimators, so 5 % is > 5 sigma)
+        assert abs(float(rows.mean()) - exact["mean"]) < 5 * math.sqrt(var / n)
+        assert abs(float(rows.var()) / var - 1) < 0.05
+
+
+def test_square_example_monte_carlo_rejects_a_wrong_variance():
+    # The source's density without the 2 in 2 sigma^2 doubles the score; the variance test fails.
+    n = 400_000
+    th = torch.tensor(0.0, **F64)
+    s = score_function_estimates(lambda z: z**2, gauss_sample,
+                                 lambda z, t: -((z - (A * t + B)) ** 2), th, n, generator=gen(5))
+    assert abs(float(s.var()) / 888.0 - 1) > 0.05
+
+
+def test_pathwise_linear_is_exact():
+    rows = pathwise_estimates(lambda z: 3 * z, lambda e, t: t + e, gauss_noise,
+                              torch.tensor(0.3, **F64), 10, generator=gen(0))
+    assert torch.equal(rows, torch.full((10,), 3.0, **F64))
+
+
+def test_pathwise_vector_theta_shape():
+    th = torch.tensor([1.0, -2.0], **F64)
+    rows = pathwise_estimates(lambda z: (z**2).sum(-1),
+                              lambda e, t: t + e, lambda n, g: torch.randn(n, 2, generator=g,
+                                                                            **F64),
+                              th, 7, generator=gen(1))
+    assert rows.shape == (7, 2)
+
+
+# ------------------------------------------------------------------------------------------------
+# Samplers: KS tests against scipy.stats, and their twins with a wrong sampler
+# ------------------------------------------------------------------------------------------------
+N_KS = 50_000
+
+SAMPLERS = {
+    "exponential": (lambda g: es.sample_exponential(torch.tensor(1.5, **F64), N_KS, generator=g),
+                    stats.expon(scale=1 / 1.5).cdf),
+    "cauchy": (lambda g: es.sample_cauchy(torch.tensor(0.5, **F64), torch.tensor(2.0, **F64),
+                                          N_KS, generator=g),
+               stats.cauchy(loc=0.5, scale=2.0).cdf),
+    "laplace01": (lambda g: es.sample_laplace_standard(N_KS, generator=g, dtype=torch.float64),
+                  stats.laplace().cdf),
+    "laplace": (lambda g: es.sample_laplace(torch.tensor(-1.0, **F64), torch.tensor(0.5, **F64),
+                                            N_KS, generator=g),
+                stats.laplace(loc=-1.0, scale=0.5).cdf),
+    "box_muller": (lambda g: es.sample_box_muller(N_KS, generator=g, dtype=torch.float64),
+                   stats.norm().cdf),
+    "lognormal": (lambda g: es.sample_lognormal(torch.tensor(0.3, **F64),
+                                                torch.tensor(0.8, **F64), N_KS, generator=g),
+                  stats.lognorm(s=0.8, scale=math.exp(0.3)).cdf),
+    "inverse_gamma": (lambda g: es.sample_inverse_gamma(torch.tensor(3.0, **F64),
+                                                        torch.tensor(2.0, **F64), N_KS,
+                                                        generator=g),
+                      stats.invgamma(a=3.0, scale=2.0).cdf),
+}
+
+
+def ks_p(x, cdf):
+    return stats.kstest(np.asarray(x, dtype=np.float64), cdf).pvalue
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_sampler_matches_scipy(name):
+    draw, cdf = SAMPLERS[name]
+    x = draw(gen(11))
+    assert x.shape == (N_KS,) and x.dtype == torch.float64
+    assert ks_p(x, cdf) > P_CUT
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_ks_rejects_a_sampler_with_a_wrong_scale(name):
+    # Scale 10 % off: the same test at the same n rejects it.
+    draw, cdf = SAMPLERS[name]
+    assert ks_p(1.1 * draw(gen(11)), cdf) < P_CUT
+
+
+def test_ks_rejects_the_sources_box_muller():
+    # The source's sqrt(ln(1/eps1)) cos(2 pi eps2) (no factor 2) has variance 1/2.
+    g = gen(12)
+    e1, e2 = torch.rand(N_KS, generator=g, **F64), torch.rand(N_KS, generator=g, **F64)
+    wrong = torch.sqrt(-torch.log(e1)) * torch.cos(2 * math.pi * e2)
+    assert ks_p(wrong, stats.norm().cdf) < P_CUT
+
+
+def test_ks_rejects_inverse_gamma_with_scale_for_rate():
+    # 1 / Gamma(k, scale theta) instead of 1 / Gamma(k, rate theta)
+    g = gen(13)
+    x = 1 / (2.0 * torch._standard_gamma(torch.full((N_KS,), 3.0, **F64), generator=g))
+    assert ks_p(x, stats.invgamma(a=3.0, scale=2.0).cdf) < P_CUT
+
+
+def test_sources_laplace_with_uniform_0_1_is_undefined():
+    eps = torch.rand(1000, generator=gen(0), **F64)
+    wrong = -torch.sign(eps) * torch.log(1 - 2 * eps.abs())
+    assert torch.isnan(wrong).any()
+
+
+def test_rademacher():
+    x = es.sample_rademacher(100_000, generator=gen(14), dtype=torch.float64)
+    assert set(x.unique().tolist()) == {-1.0, 1.0}
+    k = int((x > 0).sum())
+    # two-sided binomial test at 1e-3 (false alarm 0.1 %); a coin with p = 0.51 fails it
+    assert stats.binomtest(k, 100_000, 0.5).pvalue > P_CUT
+    wrong = (torch.rand(100_000, generator=gen(14)) < 0.51).sum().item()
+    assert stats.binomtest(wrong, 100_000, 0.5).pvalue < P_CUT
+
+
+def test_gaussian_with_covariance_factor():
+    mean = torch.tensor([1.0, -2.0], **F64)
+    r = torch.tensor([[1.0, 0.0], [1.5, 0.5]], **F64)
+    x = es.sample_gaussian(mean, r, N_KS, generator=gen(15))
+    cov = r @ r.T
+    # each marginal and the projection on (1, -1) against its exact normal law
+    for w in (torch.tensor([1.0, 0.0], **F64), torch.tensor([0.0, 1.0], **F64),
+              torch.tensor([1.0, -1.0], **F64)):
+        m, s = float(w @ mean), float(torch.sqrt(w @ cov @ w))
+        assert ks_p(x @ w, stats.norm(m, s).cdf) > P_CUT
+    # the transposed factor (covariance R^T R) fails the second marginal's test
+    wrong = es.sample_gaussian(mean, r.T.contiguous(), N_KS, generator=gen(15))
+    assert ks_p(wrong[:, 1], stats.norm(-2.0, math.sqrt(float(cov[1, 1]))).cdf) < P_CUT
+
+
+def test_samplers_are_pathwise_differentiable():
+    loc = torch.tensor(0.2, **F64, requires_grad=True)
+    scale = torch.tensor(1.5, **F64, requires_grad=True)
+    x = es.sample_laplace(loc, scale, 100, generator=gen(16))
+    x.sum().backward()
+    # dx/dloc = 1 and dx/dscale = (x - loc) / scale for every draw
+    assert loc.grad == 100
+    assert torch.allclose(scale.grad, ((x.detach() - 0.2) / 1.5).sum())
+
+
+def test_samplers_follow_the_generator():
+    a = es.sample_cauchy(0.0, 1.0, 5, generator=gen(3))
+    b = es.sample_cauchy(0.0, 1.0, 5, generator=gen(3))
+    assert torch.equal(a, b)
+
+
+def test_uniform_zero_does_not_give_inf(monkeypatch):
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: torch.zeros(*a[0:1], dtype=k.get("dtype")))
+    assert torch.isfinite(es.sample_exponential(1.0, 4)).all()
+    assert torch.isfinite(es.sample_laplace_standard(4)).all()
+    assert torch.isfinite(es.sample_box_muller(4)).all()
+
+
+# ------------------------------------------------------------------------------------------------
+# gaussian_kl
+# ------------------------------------------------------------------------------------------------
+def torch_kl(mq, lq, mp, lp):
+    q = torch.distributions.Normal(mq, torch.exp(0.5 * lq))
+    p = torch.distributions.Normal(mp, torch.exp(0.5 * lp))
+    return torch.distributions.kl_divergence(q, p).sum(-1)
+
+
+def test_gaussian_kl_matches_torch():
+    g = gen(20)
+    mq, lq, mp, lp = (torch.randn(5, 3, generator=g, **F64) for _ in range(4))
+    assert torch.allclose(gaussian_kl(mq, lq, mp, lp), torch_kl(mq, lq, mp, lp), rtol=1e-12)
+    z = torch.zeros(3, **F64)
+    assert torch.allclose(gaussian_kl(mq, lq), torch_kl(mq, lq, z, z), rtol=1e-12)
+
+
+def test_gaussian_kl_matches_monte_carlo():
+    mq, lq = torch.tensor([0.5, -1.0], **F64), torch.tensor([0.3, -0.7], **F64)
+    z = mq + torch.exp(0.5 * lq) * torch.randn(400_000, 2, generator=gen(21), **F64)
+    log_q = (-0.5 * (z - mq) ** 2 / torch.exp(lq) - 0.5 * lq).sum(-1)
+    log_p = (-0.5 * z**2).sum(-1)
+    diff = log_q - log_p
+    # 5 standard errors
+    assert abs(float(diff.mean() - gaussian_kl(mq, lq))) < 5 * float(diff.std()) / 632.0
+
+
+def test_gaussian_kl_is_a_sum_over_dimensions():
+    mq, lq = torch.tensor([[0.5, -1.0, 2.0]], **F64), torch.tensor([[0.3, -0.7, 1.0]], **F64)
+    parts = sum(gaussian_kl(mq[:, i:i + 1], lq[:, i:i + 1]) for i in range(3))
+    assert torch.allclose(gaussian_kl(mq, lq), parts)
+    assert gaussian_kl(mq, lq).shape == (1,)
+
+
+@pytest.mark.parametrize("lv", [-300.0, -40.0, 40.0, 300.0])
+def test_gaussian_kl_huge_and_tiny_variances(lv):
+    # exact: 1/2 [exp(lv) - 1 - lv] for mu = 0; in float64 exp(300) = 1.9e130 is fine, but the
+    # naive form with var_q / var_p overflows when both variances are huge
+    lq = torch.tensor([lv], **F64)
+    kl = gaussian_kl(torch.zeros(1, **F64), lq)
+    assert torch.isclose(kl, 0.5 * (torch.exp(lq) - 1 - lq), rtol=1e-12)
+    both = gaussian_kl(torch.zeros(1, **F64), lq + 1e-3, torch.zeros(1, **F64), lq)
+    # KL of variance ratio e^d: 1/2 (e^d - 1 - d), independent of the common scale
+    d = 1e-3
+    assert torch.isclose(both, torch.tensor(0.5 * (math.expm1(d) - d), **F64), rtol=1e-12)
+
+
+def test_gaussian_kl_float32_huge_common_variance():
+    lq = torch.tensor([200.0, 200.0])
+    kl = gaussian_kl(torch.zeros(2), lq, torch.zeros(2), lq - 0.5)
+    assert torch.isfinite(kl)
+    # torch's Normal overflows: scale = exp(100) is inf in float32
+    assert not torch.isfinite(torch_kl(torch.zeros(2), lq, torch.zeros(2), lq - 0.5))
+    assert torch.isclose(kl, torch.tensor(2 * 0.5 * (math.expm1(0.5) - 0.5)), rtol=1e-5)
+
+
+def test_gaussian_kl_tiny_difference_does_not_cancel():
+    d = 1e-9
+    kl = gaussian_kl(torch.zeros(1, **F64), torch.tensor([d], **F64))
+    # KL = d^2/4 + O(d^3); the naive exp(d) - 1 - d loses every digit here
+    assert kl.item() == pytest.approx(d**2 / 4, rel=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(-50, 50), st.floats(-30, 30), st.floats(-50, 50), st.floats(-30, 30))
+def test_gaussian_kl_nonnegative_and_matches_torch(mq, lq, mp, lp):
+    t = [torch.tensor([v], **F64) for v in (mq, lq, mp, lp)]
+    kl = gaussian_kl(*t)
+    assert kl.item() >= 0
+    assert torch.allclose(kl, torch_kl(*t), rtol=1e-9, atol=1e-12)
+
+
+def test_gaussian_kl_gradient():
+    t = [torch.randn(2, 3, generator=gen(22), **F64).requires_grad_(True) for _ in range(4)]
+    assert torch.autograd.gradcheck(lambda *a: gaussian_kl(*a), t)
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input: one test per kind
+# ------------------------------------------------------------------------------------------------
+def test_bad_theta():
+    with pytest.raises(TypeError, match="argument 'theta' must be a torch.Tensor"):
+        score_function_estimates(lambda z: z, gauss_sample, gauss_log_prob, 0.0, 3)
+    with pytest.raises(ValueError, match="argument 'theta' contains NaN"):
+        pathwise_estimates(lambda z: z, lambda e, t: e + t, gauss_noise,
+                           torch.tensor([math.nan], **F64), 3)
+
+
+def test_bad_n_and_callables():
+    th = torch.tensor(0.0, **F64)
+    with pytest.raises(ValueError, match="argument 'n' must be >= 1"):
+        score_function_estimates(lambda z: z, gauss_sample, gauss_log_prob, th, 0)
+    with pytest.raises(TypeError, match="argument 'log_prob' must be callable"):
+        score_function_estimates(lambda z: z, gauss_sample, None, th, 3)
+    with pytest.raises(ValueError, match="argument 'f' must return one value per sample"):
+        score_function_estimates(lambda z: z[:2], gauss_sample, gauss_log_prob, th, 3)
+    with pytest.raises(ValueError, match="does not depend on 'theta'"):
+        score_function_estimates(lambda z: z, gauss_sample, lambda z, t: z, th, 3)
+    with pytest.raises(ValueError, match="must return one value per sample"):
+        pathwise_estimates(lambda z: z.sum(), lambda e, t: e + t, gauss_noise, th, 3)
+
+
+def test_bad_generator():
+    with pytest.raises(TypeError, match="argument 'generator' must be a torch.Generator"):
+        es.sample_exponential(1.0, 3, generator=0)
+
+
+def test_bad_baseline():
+    f = torch.tensor([1.0, 2.0])
+    with pytest.raises(ValueError, match="argument 'baseline' must be None"):
+        baseline_values(f, "mean")
+    with pytest.raises(ValueError, match="needs at least 2 samples"):
+        baseline_values(f[:1], "leave-one-out")
+    with pytest.raises(ValueError, match="argument 'baseline' must be finite"):
+        baseline_values(f, math.inf)
+    with pytest.raises(TypeError, match="argument 'baseline' must be None"):
+        baseline_values(f, [1.0])
+    with pytest.raises(ValueError, match="argument 'f_values' must be 1-D"):
+        baseline_values(f[None], None)
+    with pytest.raises(ValueError, match="argument 'decay' must be < 1"):
+        MovingAverageBaseline(1.0)
+    with pytest.raises(ValueError, match="argument 'decay' must be >= 0"):
+        MovingAverageBaseline(-0.1)
+
+
+def test_bad_sampler_parameters():
+    with pytest.raises(ValueError, match="argument 'scale' must be > 0"):
+        es.sample_laplace(0.0, torch.tensor([1.0, -1.0]))
+    with pytest.raises(ValueError, match="argument 'rate' must be > 0"):
+        es.sample_exponential(0.0)
+    with pytest.raises(ValueError, match="argument 'sigma' contains an infinite value"):
+        es.sample_lognormal(0.0, math.inf)
+    with pytest.raises(ValueError, match="argument 'sample_shape'"):
+        es.sample_cauchy(0.0, 1.0, (-1,))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        es.sample_laplace(torch.zeros(2), torch.ones(3))
+    with pytest.raises(ValueError, match="argument 'factor' must have shape"):
+        es.sample_gaussian(torch.zeros(2), torch.eye(3))
+    with pytest.raises(TypeError, match="argument 'shape_k' must have a floating-point dtype"):
+        es.sample_inverse_gamma(torch.tensor([2]), 1.0)
+
+
+def test_bad_kl_input():
+    with pytest.raises(ValueError, match="give both 'mu_p' and 'logvar_p'"):
+        gaussian_kl(torch.zeros(2), torch.zeros(2), torch.zeros(2))
+    with pytest.raises(ValueError, match="argument 'logvar_q' contains NaN"):
+        gaussian_kl(torch.zeros(2), torch.tensor([0.0, math.nan]))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        gaussian_kl(torch.zeros(2), torch.zeros(3))
+    with pytest.raises(ValueError, match="0-d tensor"):
+        gaussian_kl(torch.tensor(0.0), torch.tensor(0.0))
+    with pytest.raises(TypeError, match="argument 'mu_q' must be a torch.Tensor"):
+        gaussian_kl([0.0], torch.zeros(1))
+
+
+def test_bad_square_example_input():
+    with pytest.raises(ValueError, match="argument 'mu' must be a finite number"):
+        square_example_variances(math.nan, 1.0)
