@@ -1,0 +1,152 @@
+"""The checks of the estimators chapter's coding exercises accept right answers and reject wrong
+ones with a message that names the input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from softmaxbook.exercises import ExerciseCheckFailed, check, registered
+
+
+def test_registered():
+    assert registered("estimators") == ["estimators-bernoulli-score", "estimators-gaussian-kl",
+                                        "estimators-laplace-sampler"]
+
+
+def stub(*args):
+    raise NotImplementedError
+
+
+# --- estimators-gaussian-kl --------------------------------------------------------------------
+def kl_right(mu, logvar):
+    return 0.5 * (torch.exp(logvar) + mu**2 - 1 - logvar).sum(-1)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda mu, lv: (torch.exp(lv) + mu**2 - 1 - lv).sum(-1), "input mu = "),
+    (lambda mu, lv: 0.5 * (torch.exp(lv) + mu**2 - 1 - 0.5 * lv).sum(-1), "input mu = "),
+    (lambda mu, lv: 0.5 * (torch.exp(lv) + mu**2 - 1 - lv).sum(), "should have shape"),
+    (lambda mu, lv: 0.5 * (torch.exp(lv) + mu**2 - 1 - lv), "should have shape"),
+    (lambda mu, lv: 0.5 * (lv**2 + mu**2 - 1 - lv).sum(-1), "input mu = "),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_gaussian_kl_rejects(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("estimators-gaussian-kl", answer)
+
+
+def test_gaussian_kl_accepts(capsys):
+    assert check("estimators-gaussian-kl", kl_right)
+    assert "correct" in capsys.readouterr().out
+
+
+# --- estimators-bernoulli-score ----------------------------------------------------------------
+def bern_right(f, logit, n, generator):
+    p = torch.sigmoid(logit)
+    b = (torch.rand(n, generator=generator, dtype=logit.dtype) < p).to(logit.dtype)
+    return f(b) * (b - p)
+
+
+def bern_score_in_p(f, logit, n, generator):
+    p = torch.sigmoid(logit)
+    b = (torch.rand(n, generator=generator, dtype=logit.dtype) < p).to(logit.dtype)
+    return f(b) * (b / p - (1 - b) / (1 - p))
+
+
+def bern_wrong_sign(f, logit, n, generator):
+    p = torch.sigmoid(logit)
+    b = (torch.rand(n, generator=generator, dtype=logit.dtype) < p).to(logit.dtype)
+    return f(b) * (p - b)
+
+
+def bern_exact(f, logit, n, generator):
+    p = torch.sigmoid(logit)
+    one, zero = torch.ones((), dtype=logit.dtype), torch.zeros((), dtype=logit.dtype)
+    return ((f(one) - f(zero)) * p * (1 - p)).expand(n).clone()
+
+
+def bern_global_rng(f, logit, n, generator):
+    p = torch.sigmoid(logit)
+    b = (torch.rand(n, dtype=logit.dtype) < p).to(logit.dtype)
+    return f(b) * (b - p)
+
+
+def bern_wrong_prob(f, logit, n, generator):
+    p = torch.sigmoid(logit)
+    b = (torch.rand(n, generator=generator, dtype=logit.dtype) < 0.5).to(logit.dtype)
+    return f(b) * (b - p)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (bern_score_in_p, "only the two values"),
+    (bern_wrong_sign, "only the two values"),
+    (bern_exact, "only the two values"),
+    (bern_global_rng, "global"),
+    (bern_wrong_prob, "came up in"),
+    (lambda f, l, n, g: bern_right(f, l, n, g).mean(), "shape \\(20000,\\)"),
+    (stub, "NotImplementedError"),
+])
+def test_bernoulli_score_rejects(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("estimators-bernoulli-score", answer)
+
+
+def test_bernoulli_score_accepts():
+    assert check("estimators-bernoulli-score", bern_right)
+
+
+# --- estimators-laplace-sampler ----------------------------------------------------------------
+def lap_right(loc, scale, n, generator):
+    eps = torch.rand(n, generator=generator, dtype=loc.dtype) - 0.5
+    eps = eps.clamp(-0.5 + 1e-12, 0.5 - 1e-12)
+    return loc - scale * torch.sign(eps) * torch.log1p(-2 * eps.abs())
+
+
+def lap_sources_uniform(loc, scale, n, generator):
+    eps = torch.rand(n, generator=generator, dtype=loc.dtype)
+    return loc - scale * torch.sign(eps) * torch.log(1 - 2 * eps.abs())
+
+
+def lap_half_scale(loc, scale, n, generator):
+    return loc + 0.5 * (lap_right(loc, scale, n, generator) - loc)
+
+
+def lap_detached(loc, scale, n, generator):
+    return lap_right(loc, scale, n, generator).detach()
+
+
+def lap_torch(loc, scale, n, generator):
+    return torch.distributions.Laplace(loc, scale).rsample((n,))
+
+
+def lap_exp_difference_wrong_scale(loc, scale, n, generator):
+    # ln(e1/e2) is Laplace(0, 1); multiplying by scale**2 is a plausible slip
+    e1 = torch.rand(n, generator=generator, dtype=loc.dtype)
+    e2 = torch.rand(n, generator=generator, dtype=loc.dtype)
+    return loc + scale**2 * torch.log(e1 / e2)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lap_sources_uniform, "NaN"),
+    (lap_half_scale, "do not follow"),
+    (lap_detached, "carry no gradient"),
+    (lap_torch, "global"),
+    (lap_exp_difference_wrong_scale, "(?s)for input loc = 0.0.*d/d scale"),
+    (stub, "NotImplementedError"),
+])
+def test_laplace_sampler_rejects(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("estimators-laplace-sampler", answer)
+
+
+def test_laplace_sampler_accepts_both_recipes():
+    assert check("estimators-laplace-sampler", lap_right)
+
+    def via_exponentials(loc, scale, n, generator):
+        e1 = torch.rand(n, generator=generator, dtype=loc.dtype).clamp_min(1e-300)
+        e2 = torch.rand(n, generator=generator, dtype=loc.dtype).clamp_min(1e-300)
+        return loc + scale * torch.log(e1 / e2)
+
+    assert check("estimators-laplace-sampler", via_exponentials)
