@@ -147,3 +147,13 @@ def test_bad_input(data):
         train_vae(torch.nn.Linear(2, 2), data[0])
     with pytest.raises(ValueError, match="argument 'test_fraction' must be < 1"):
         load_digits_counts(1.5)
+
+
+def test_iwae_above_elbo_estimate_from_the_same_draws(data):
+    m = DigitsVAE(hidden=8, generator=gen(14))
+    with torch.no_grad():
+        lw = m.log_weights(data[1][:10].float(), 50, generator=gen(15))
+        iw = m.iwae(data[1][:10].float(), 50, generator=gen(15))
+    assert lw.shape == (50, 10)
+    assert torch.allclose(iw, torch.logsumexp(lw, 0) - math.log(50))
+    assert (iw >= lw.mean(0)).all()

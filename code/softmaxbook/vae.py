@@ -194,6 +194,23 @@ class DigitsVAE(nn.Module):
         rec = self.log_likelihood(x, z).mean(0)
         return recon_weight * rec - kl_weight * gaussian_kl(mu, logvar)
 
+    def log_weights(self, x: torch.Tensor, k: int, *, generator=None) -> torch.Tensor:
+        """Importance log-weights ``log p(x, z_j) - log q(z_j | x)`` for ``k`` draws
+        ``z_j ~ q(z | x)``, shape ``(k, batch)``.
+
+        Their mean over ``j`` is a ``k``-sample estimate of the ELBO; ``logsumexp - log k`` of the
+        same draws is the importance-weighted bound (:meth:`iwae`). By Jensen's inequality the
+        second is at least the first for every set of draws, not only on average.
+        """
+        func = "DigitsVAE.log_weights"
+        k = check_int(k, "k", func, minimum=1)
+        check_generator(generator, None, func)
+        mu, logvar = self.encode(x)
+        z, eps = self._draw(mu, logvar, k, generator)
+        log_prior = -0.5 * (z**2 + _LOG_2PI).sum(-1)
+        log_q = -0.5 * (eps**2 + _LOG_2PI + logvar).sum(-1)
+        return self.log_likelihood(x, z) + log_prior - log_q
+
     def iwae(self, x: torch.Tensor, k: int, *, generator=None) -> torch.Tensor:
         """Importance-weighted bound ``log (1/k) sum_j p(x, z_j) / q(z_j | x)`` (batch,), nats.
 
@@ -201,15 +218,8 @@ class DigitsVAE(nn.Module):
         ``k = 1`` and tends to ``log p(x)`` (Burda et al. 2016, Theorem 1). Evaluated with
         ``logsumexp`` so that the weights never overflow.
         """
-        func = "DigitsVAE.iwae"
-        k = check_int(k, "k", func, minimum=1)
-        check_generator(generator, None, func)
-        mu, logvar = self.encode(x)
-        z, eps = self._draw(mu, logvar, k, generator)
-        log_prior = -0.5 * (z**2 + _LOG_2PI).sum(-1)
-        log_q = -0.5 * (eps**2 + _LOG_2PI + logvar).sum(-1)
-        log_w = self.log_likelihood(x, z) + log_prior - log_q
-        return torch.logsumexp(log_w, dim=0) - math.log(k)
+        log_w = self.log_weights(x, k, generator=generator)
+        return torch.logsumexp(log_w, dim=0) - math.log(log_w.shape[0])
 
     def sample(self, n: int, *, generator=None) -> torch.Tensor:
         """Expected images ``E[x | z]`` for ``n`` draws ``z ~ N(0, I)`` of the prior, (n, 64)."""
