@@ -14,6 +14,13 @@ import pytest
 
 matplotlib.use("Agg")  # tests never open windows
 
+# The test command runs two pytest workers on a 2-core machine: one torch thread each. With two
+# threads per worker the small tensors of the tests wait on each other (measured 7x slower on a
+# busy machine).
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 
