@@ -12,10 +12,24 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 
 def test_registered():
-    assert registered("gumbel") == ["gumbel-max-sampler", "gumbel-plackett-luce", "gumbel-truncated-inverse"]
+    assert registered("gumbel") == ["gumbel-ex-max-sampler", "gumbel-ex-plackett-luce",
+                                    "gumbel-ex-truncated-inverse"]
 
 
-# --- gumbel-max-sampler ----------------------------------------------------------------------
+def test_labels_agree_with_the_chapter():
+    # the exercise's label in the notebook, its solution block and check(...) carry one name
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "book" / "07_gumbel.ipynb"
+    text = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+    for label in registered("gumbel"):
+        assert f":label: {label}\n" in text
+        assert f"{{solution-start}} {label}\n" in text
+        assert f'check("{label}",' in text
+
+
+# --- gumbel-ex-max-sampler ----------------------------------------------------------------------
 def right_sampler(logits, generator):
     u = torch.rand(logits.shape, dtype=logits.dtype, generator=generator)
     u = u.clamp(torch.finfo(u.dtype).tiny, 1 - torch.finfo(u.dtype).eps / 2)
@@ -32,8 +46,63 @@ def probs_plus_noise_sampler(logits, generator):
     return (torch.softmax(logits, -1) - torch.log(-torch.log(u))).argmax(-1)
 
 
+def multinomial_sampler(logits, generator):
+    probs = torch.softmax(logits, -1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def tensor_method_multinomial_sampler(logits, generator):
+    return torch.softmax(logits, -1).multinomial(1, generator=generator).squeeze(-1)
+
+
+def categorical_sampler(logits, generator):
+    return torch.distributions.Categorical(logits=logits).sample()
+
+
+def global_rng_sampler(logits, generator):  # right formula, but ignores `generator`
+    u = torch.rand(logits.shape, dtype=logits.dtype)
+    u = u.clamp(torch.finfo(u.dtype).tiny, 1 - torch.finfo(u.dtype).eps / 2)
+    return (logits - torch.log(-torch.log(u))).argmax(-1)
+
+
+def own_generator_sampler(logits, generator):  # ignores `generator`, makes its own
+    return right_sampler(logits, torch.Generator().manual_seed(0))
+
+
+def package_sampler(logits, generator):
+    from softmaxbook.gumbel import gumbel_max
+
+    return gumbel_max(logits, generator=generator)
+
+
+def package_noise_sampler(logits, generator):
+    from softmaxbook.gumbel import sample_gumbel
+
+    noise = sample_gumbel(logits.shape, generator=generator, dtype=logits.dtype)
+    return (logits + noise).argmax(-1)
+
+
+def minus_log_u_sampler(logits, generator):  # exponential noise -log U: not a Gumbel
+    u = torch.rand(logits.shape, dtype=logits.dtype, generator=generator)
+    u = u.clamp(torch.finfo(u.dtype).tiny, 1 - torch.finfo(u.dtype).eps / 2)
+    return (logits - torch.log(u)).argmax(-1)
+
+
+def wrong_sign_sampler(logits, generator):  # adds -G instead of G
+    u = torch.rand(logits.shape, dtype=logits.dtype, generator=generator)
+    u = u.clamp(torch.finfo(u.dtype).tiny, 1 - torch.finfo(u.dtype).eps / 2)
+    return (logits + torch.log(-torch.log(u))).argmax(-1)
+
+
+def swallowing_sampler(logits, generator):  # hides the forbidden call in try/except
+    try:
+        return multinomial_sampler(logits, generator)
+    except Exception:
+        return right_sampler(logits, generator)
+
+
 def test_max_sampler_accepts_right_answer(capsys):
-    assert check("gumbel-max-sampler", right_sampler)
+    assert check("gumbel-ex-max-sampler", right_sampler)
     assert "correct" in capsys.readouterr().out
 
 
@@ -41,7 +110,17 @@ def test_max_sampler_accepts_right_answer(capsys):
     "answer, message",
     [
         (shared_g_sampler, "each class needs its own Gumbel"),
-        (probs_plus_noise_sampler, "do not match"),
+        (probs_plus_noise_sampler, "repeated in 20000 rows the class frequencies.*do not match"),
+        (minus_log_u_sampler, "do not match"),
+        (wrong_sign_sampler, "do not match"),
+        (multinomial_sampler, "calls torch.multinomial.*which this exercise forbids"),
+        (tensor_method_multinomial_sampler, "calls torch.multinomial.*forbids"),
+        (categorical_sampler, "calls torch.multinomial.*forbids"),
+        (swallowing_sampler, "calls torch.multinomial.*forbids"),
+        (global_rng_sampler, "drew random numbers from torch's global generator"),
+        (own_generator_sampler, "seeded differently.*ignores the `generator` argument"),
+        (package_sampler, "a sampler from softmaxbook.gumbel.*forbids"),
+        (package_noise_sampler, "a sampler from softmaxbook.gumbel.*forbids"),
         (lambda logits, g: (logits - torch.log(-torch.log(torch.rand(logits.shape, generator=g,
                                                                      dtype=logits.dtype))))
          .argmax(-1, keepdim=True), "should have shape"),
@@ -52,7 +131,7 @@ def test_max_sampler_accepts_right_answer(capsys):
 )
 def test_max_sampler_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
-        check("gumbel-max-sampler", answer)
+        check("gumbel-ex-max-sampler", answer)
 
 
 def test_max_sampler_rejects_sampling_impossible_class():
@@ -64,7 +143,7 @@ def test_max_sampler_rejects_sampling_impossible_class():
         return idx
 
     with pytest.raises(ExerciseCheckFailed, match="impossible class 1"):
-        check("gumbel-max-sampler", unclamped_positive_noise)
+        check("gumbel-ex-max-sampler", unclamped_positive_noise)
 
 
 def test_max_sampler_rejects_unclamped_uniforms():
@@ -73,16 +152,26 @@ def test_max_sampler_rejects_unclamped_uniforms():
         return (logits - torch.log(-torch.log(u))).argmax(-1)
 
     with pytest.raises(ExerciseCheckFailed, match="torch.rand returns 0.*impossible class 0"):
-        check("gumbel-max-sampler", unclamped)
+        check("gumbel-ex-max-sampler", unclamped)
 
 
 def test_max_sampler_check_restores_torch_rand():
     real = torch.rand
-    check("gumbel-max-sampler", right_sampler)
+    check("gumbel-ex-max-sampler", right_sampler)
     assert torch.rand is real
 
 
-# --- gumbel-truncated-inverse ------------------------------------------------------------------
+def test_max_sampler_check_restores_the_package_after_a_forbidden_call():
+    from softmaxbook import gumbel
+
+    real = gumbel._standard_gumbel
+    with pytest.raises(ExerciseCheckFailed):
+        check("gumbel-ex-max-sampler", package_sampler)
+    assert gumbel._standard_gumbel is real
+    assert gumbel.gumbel_max(torch.zeros(3, 2)).shape == (3,)
+
+
+# --- gumbel-ex-truncated-inverse ------------------------------------------------------------------
 def right_inverse(u, loc, upper):
     return -torch.logaddexp(-upper, -(loc - torch.log(-torch.log(u))))
 
@@ -92,20 +181,45 @@ def naive_inverse(u, loc, upper):
 
 
 def test_truncated_inverse_accepts_right_answer():
-    assert check("gumbel-truncated-inverse", right_inverse)
+    assert check("gumbel-ex-truncated-inverse", right_inverse)
 
 
 def test_truncated_inverse_rejects_naive_overflow():
     with pytest.raises(ExerciseCheckFailed, match="overflows here"):
-        check("gumbel-truncated-inverse", naive_inverse)
+        check("gumbel-ex-truncated-inverse", naive_inverse)
 
 
 def test_truncated_inverse_rejects_untruncated_gumbel():
-    with pytest.raises(ExerciseCheckFailed, match="solve u = F"):
-        check("gumbel-truncated-inverse", lambda u, loc, upper: loc - torch.log(-torch.log(u)))
+    with pytest.raises(ExerciseCheckFailed, match="(?s)moderate.*solve u = F"):
+        check("gumbel-ex-truncated-inverse", lambda u, loc, upper: loc - torch.log(-torch.log(u)))
 
 
-# --- gumbel-plackett-luce ----------------------------------------------------------------------
+def test_truncated_inverse_rejects_the_source_notes_minus_u():
+    def minus_u(u, loc, upper):  # erratum 31: "-u" where the inverse has "-log u"
+        return loc - torch.log(torch.exp(loc - upper) - u)
+
+    with pytest.raises(ExerciseCheckFailed, match="(?s)moderate.*source notes' slip"):
+        check("gumbel-ex-truncated-inverse", minus_u)
+
+
+def test_truncated_inverse_rejects_float32():
+    def in_float32(u, loc, upper):
+        return right_inverse(u.float(), loc.float(), upper.float())
+
+    with pytest.raises(ExerciseCheckFailed, match="(?s)moderate.*is torch.float32"):
+        check("gumbel-ex-truncated-inverse", in_float32)
+
+
+def test_truncated_inverse_hints_do_not_give_the_answer():
+    # the hints point to the method; the reference line itself is never shown
+    for answer in (naive_inverse, lambda u, loc, upper: loc - torch.log(-torch.log(u))):
+        with pytest.raises(ExerciseCheckFailed) as info:
+            check("gumbel-ex-truncated-inverse", answer)
+        assert "logaddexp" not in str(info.value)
+        assert "exp(-upper) + exp(-G)" not in str(info.value)
+
+
+# --- gumbel-ex-plackett-luce ----------------------------------------------------------------------
 def right_log_prob(logits, order):
     lp, x = 0.0, logits.clone()
     for i in order:
@@ -127,14 +241,20 @@ def with_replacement_log_prob(logits, order):
 
 
 def test_plackett_luce_accepts_right_answer():
-    assert check("gumbel-plackett-luce", right_log_prob)
+    assert check("gumbel-ex-plackett-luce", right_log_prob)
 
 
 def test_plackett_luce_rejects_subtraction_from_total():
     with pytest.raises(ExerciseCheckFailed, match="cancels"):
-        check("gumbel-plackett-luce", subtracting_log_prob)
+        check("gumbel-ex-plackett-luce", subtracting_log_prob)
+
+
+def test_plackett_luce_hints_do_not_give_the_answer():
+    with pytest.raises(ExerciseCheckFailed) as info:
+        check("gumbel-ex-plackett-luce", subtracting_log_prob)
+    assert "-inf" not in str(info.value) and "mask" not in str(info.value)
 
 
 def test_plackett_luce_rejects_with_replacement():
     with pytest.raises(ExerciseCheckFailed, match="order = \\[3, 0\\]"):
-        check("gumbel-plackett-luce", with_replacement_log_prob)
+        check("gumbel-ex-plackett-luce", with_replacement_log_prob)

@@ -1,68 +1,129 @@
 """Checks for the coding exercises of the chapter "Gumbel tricks" (book/07_gumbel.ipynb).
 
-* ``gumbel-max-sampler``: one categorical sample per row by the Gumbel-max trick, each class with
-  its own Gumbel (the recipe that shares one Gumbel across classes is caught).
-* ``gumbel-truncated-inverse``: the inverse CDF of a Gumbel truncated at ``upper``, written so that
-  it neither overflows nor cancels.
-* ``gumbel-plackett-luce``: the log-probability of an ordered draw without replacement, accurate
+The labels are the exercises' labels in the chapter (``gumbel-ex-...``), so that the task, its
+solution and its check carry one name.
+
+* ``gumbel-ex-max-sampler``: one categorical sample per row by the Gumbel-max trick, each class
+  with its own Gumbel, drawn from the ``generator`` argument (the recipe that shares one Gumbel
+  across classes, ``torch.multinomial`` / ``Categorical.sample``, the package's own samplers and
+  torch's global generator are caught).
+* ``gumbel-ex-truncated-inverse``: the inverse CDF of a Gumbel truncated at ``upper``, written so
+  that it neither overflows nor cancels.
+* ``gumbel-ex-plackett-luce``: the log-probability of an ordered draw without replacement, accurate
   even when the drawn items hold almost all of the mass.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from unittest import mock
 
 import numpy as np
 import torch
 from scipy import stats
 
-from . import call, exercise, expect_close, expect_true
+from . import _ForbiddenCall, call, exercise, expect_close, expect_true
+from .. import gumbel as _gumbel
 from ..gumbel import plackett_luce_log_prob
 
-
 # ------------------------------------------------------------------------------------------------
-@exercise("gumbel-max-sampler", "Gumbel-max sampler")
+# The exercise asks for the Gumbel-max trick written out: uniforms from the `generator` argument,
+# -log(-log U), argmax. Ready-made categorical samplers answer a different question.
+_NO_SHORTCUT = {torch.multinomial: "torch.multinomial (Categorical(...).sample calls it too)"}
+_NO_SHORTCUT_REASON = ("Write the Gumbel-max trick yourself: uniforms from "
+                       "torch.rand(..., generator=generator), then -log(-log U), then argmax.")
+
+
+@contextmanager
+def _package_samplers_forbidden():
+    """While active, the package's Gumbel samplers raise (they all draw their noise through
+    ``softmaxbook.gumbel._standard_gumbel``, looked up at call time, so this also catches a name
+    the learner imported before the check ran)."""
+    saved = _gumbel._standard_gumbel
+
+    def tripwire(*args, **kwargs):
+        raise _ForbiddenCall("a sampler from softmaxbook.gumbel (gumbel_max, sample_gumbel, ...)")
+
+    _gumbel._standard_gumbel = tripwire
+    try:
+        yield
+    finally:
+        _gumbel._standard_gumbel = saved
+
+
+def _call_sampler(sampler, logits, gen, desc):
+    """Run the learner's sampler with every shortcut forbidden and torch's global generator
+    watched (a sampler must draw only from its ``generator`` argument)."""
+    with _package_samplers_forbidden():
+        return call(sampler, logits, gen, input_desc=desc, forbid=_NO_SHORTCUT,
+                    forbid_reason=_NO_SHORTCUT_REASON, no_global_rng=True)
+
+
+@exercise("gumbel-ex-max-sampler", "Gumbel-max sampler")
 def _check_max_sampler(sampler):
     """``sampler(logits, generator)`` -> LongTensor of shape logits.shape[:-1]."""
     logits = torch.tensor([1.0, 0.0, -1.0, 0.5], dtype=torch.float64)
     n = 20000
+    # fixed test inputs (a check is deterministic given the learner's function)
     gen = torch.Generator().manual_seed(2024)
     desc = f"logits = {logits.tolist()} repeated in {n} rows"
-    idx = call(sampler, logits.expand(n, 4).clone(), gen, input_desc=desc)
+    idx = _call_sampler(sampler, logits.expand(n, 4).clone(), gen, desc)
     expect_true(isinstance(idx, torch.Tensor) and not idx.is_floating_point(),
                 f"for input {desc} the result should be an integer tensor of class indices, got "
-                f"{type(idx).__name__}" + (f" of dtype {idx.dtype}" if isinstance(idx, torch.Tensor) else ""),
-                hint="return the argmax over the last dimension, e.g. (logits + g).argmax(dim=-1).")
+                f"{type(idx).__name__}"
+                + (f" of dtype {idx.dtype}" if isinstance(idx, torch.Tensor) else ""),
+                hint="return class indices (what argmax returns), not the noisy scores or "
+                     "probabilities.")
     expect_true(tuple(idx.shape) == (n,),
                 f"for input {desc} the result should have shape ({n},): one class per row; got "
                 f"shape {tuple(idx.shape)}.",
-                hint="take the argmax over the last dimension (dim=-1), one per row.")
+                hint="take the argmax over the last dimension, one class per row, without "
+                     "keeping that dimension.")
     expect_true(bool(((idx >= 0) & (idx < 4)).all()),
                 f"for input {desc} some indices are outside [0, 4).")
     counts = torch.bincount(idx, minlength=4).numpy()
     p = torch.softmax(logits, 0).numpy()
     if counts[0] == n:
-        expect_true(False, "every one of the 20000 rows returned class 0, the largest logit: the "
+        expect_true(False, f"every one of the {n} rows returned class 0, the largest logit: the "
                     "sampler is deterministic.",
                     hint="each class needs its own Gumbel: draw noise of the same shape as logits, "
                          "not one number per row (a shared G shifts every score equally and "
                          "never changes the argmax).")
     pval = stats.chisquare(counts, n * p).pvalue
-    # Threshold 1e-4: a correct sampler fails with probability 1e-4 (only if it ignores the
-    # generator; with it, the result is deterministic).
-    expect_true(pval > 1e-4,
-                f"the class frequencies {np.round(counts / n, 3).tolist()} do not match "
-                f"softmax(logits) = {np.round(p, 3).tolist()} (chi-square p = {pval:.2g}).",
-                hint="G = -log(-log(U)) with U uniform in (0, 1); add it to the logits (not to "
-                     "the probabilities) and take the argmax.")
+    # The inputs and the generator's seed are fixed, so the check is deterministic: a right
+    # sampler gives the same counts every time. Over all seeds, a right sampler would fall below
+    # 1e-6 once in a million seeds; the wrong samplers in tests/test_exercises_gumbel.py give
+    # p < 1e-30.
+    expect_true(pval > 1e-6,
+                f"for input {desc} the class frequencies {np.round(counts / n, 3).tolist()} do "
+                f"not match softmax(logits) = {np.round(p, 3).tolist()} "
+                f"(chi-square p = {pval:.2g}).",
+                hint="check the noise: a standard Gumbel is -log(-log U) for U uniform on (0, 1), "
+                     "and it is added to the logits, not to the probabilities.")
+    # Reproducible and driven by the generator: the same seed gives the same classes, another
+    # seed other classes (a sampler that makes its own generator gives the same classes twice).
+    desc2 = f"logits = {logits.tolist()} repeated in 200 rows, two generators"
+    rows = logits.expand(200, 4).clone()
+    a = _call_sampler(sampler, rows.clone(), torch.Generator().manual_seed(7), desc2)
+    b = _call_sampler(sampler, rows.clone(), torch.Generator().manual_seed(7), desc2)
+    c = _call_sampler(sampler, rows.clone(), torch.Generator().manual_seed(8), desc2)
+    expect_true(torch.equal(torch.as_tensor(a), torch.as_tensor(b)),
+                f"for input {desc2} seeded alike, your sampler returned different classes: its "
+                f"draws do not all come from the `generator` argument.",
+                hint="pass generator=generator to every random draw.")
+    expect_true(not torch.equal(torch.as_tensor(a), torch.as_tensor(c)),
+                f"for input {desc2} seeded differently (7 and 8), your sampler returned the same "
+                f"200 classes: it ignores the `generator` argument.",
+                hint="draw the uniforms with torch.rand(..., generator=generator), the generator "
+                     "the caller passes, not one you create.")
     # -inf means impossible
     lg = torch.tensor([0.0, -math.inf, 0.0], dtype=torch.float64).expand(2000, 3).clone()
-    idx = call(sampler, lg, torch.Generator().manual_seed(1), input_desc="logits = [0, -inf, 0]")
+    idx = _call_sampler(sampler, lg, torch.Generator().manual_seed(1), "logits = [0, -inf, 0]")
     expect_true(bool((idx != 1).all()),
                 "for logits = [0, -inf, 0] the sampler returned the impossible class 1.",
                 hint="-inf + G is -inf, which never wins an argmax as long as G is finite: "
-                     "keep U away from 0 and 1 (clamp it), so that G is never +inf.")
+                     "keep U away from 0 and 1, so that G is never +inf.")
     # torch.rand draws from [0, 1), and U = 0 does come out (once in 2^24 float32 draws). An
     # unclamped sampler turns it into G = -inf; if that hits the only possible class of a row,
     # every score is -inf and argmax returns index 0 -- here the impossible class. Such a rare
@@ -76,13 +137,14 @@ def _check_max_sampler(sampler):
     desc = "logits = [-inf, 0] while torch.rand returns 0"
     lg = torch.tensor([-math.inf, 0.0], dtype=torch.float64).expand(8, 2).clone()
     with mock.patch.object(torch, "rand", zero_rand):
-        idx = call(sampler, lg, torch.Generator().manual_seed(3), input_desc=desc)
+        idx = _call_sampler(sampler, lg, torch.Generator().manual_seed(3), desc)
     expect_true(bool((torch.as_tensor(idx) == 1).all()),
                 "when torch.rand returns 0 (it samples [0, 1), so it can), your sampler returned "
                 "the impossible class 0 for logits = [-inf, 0].",
                 hint="at U = 0, -log(-log U) is -inf: every score becomes -inf and argmax picks "
-                     "index 0. Clamp U to [tiny, 1 - eps/2] (torch.finfo) before the logs.")
-    return 3
+                     "index 0. Keep U inside the open interval (torch.finfo has the smallest "
+                     "positive float and the spacing below 1).")
+    return 4
 
 
 # ------------------------------------------------------------------------------------------------
@@ -91,31 +153,45 @@ def _truncated_reference(u, loc, upper):
     return -torch.logaddexp(-upper, -g)
 
 
-@exercise("gumbel-truncated-inverse", "inverse CDF of a truncated Gumbel")
+@exercise("gumbel-ex-truncated-inverse", "inverse CDF of a truncated Gumbel")
 def _check_truncated_inverse(inverse):
     """``inverse(u, loc, upper)`` -> tensor, elementwise."""
     f64 = dict(dtype=torch.float64)
     cases = [
         ("moderate", torch.tensor([0.1, 0.5, 0.9], **f64), torch.tensor([0.0, 1.0, -1.0], **f64),
          torch.tensor([0.5, 0.5, 0.5], **f64)),
-        ("loc far below upper", torch.tensor([0.2, 0.7], **f64), torch.tensor([-50.0, -800.0], **f64),
-         torch.tensor([0.0, 0.0], **f64)),
-        ("loc far above upper", torch.tensor([0.2, 0.7], **f64), torch.tensor([800.0, 1000.0], **f64),
-         torch.tensor([0.0, 3.0], **f64)),
+        ("loc far below upper", torch.tensor([0.2, 0.7], **f64),
+         torch.tensor([-50.0, -800.0], **f64), torch.tensor([0.0, 0.0], **f64)),
+        ("loc far above upper", torch.tensor([0.2, 0.7], **f64),
+         torch.tensor([800.0, 1000.0], **f64), torch.tensor([0.0, 3.0], **f64)),
     ]
+    hints = {
+        "moderate": "solve u = F(g) for g, with F(g) = exp(exp(loc - upper) - exp(loc - g)) the "
+                    "truncated CDF: take the log twice.",
+        "loc far below upper": "the truncation hardly matters here, so the result is close to "
+                               "the plain Gumbel that the same u gives; look for a step that "
+                               "loses its digits.",
+        "loc far above upper": "exp(loc - upper) overflows here. Rewrite the inverse in terms of "
+                               "the plain Gumbel G that the same u gives (the chapter shows a "
+                               "second form), and evaluate log(e^a + e^b) with a torch function "
+                               "that does not overflow.",
+    }
     for name, u, loc, upper in cases:
         desc = f"u = {u.tolist()}, loc = {loc.tolist()}, upper = {upper.tolist()} ({name})"
         got = call(inverse, u.clone(), loc.clone(), upper.clone(), input_desc=desc)
-        hint = None
-        if name == "loc far above upper":
-            hint = ("exp(loc - upper) overflows here. Write the result as -log(exp(-upper) + "
-                    "exp(-G)) with G = loc - log(-log u), and evaluate that as "
-                    "-torch.logaddexp(-upper, -G).")
-        elif name == "loc far below upper":
-            hint = "here the result should be a plain Gumbel draw loc - log(-log u); check for cancellation."
-        else:
-            hint = ("F(g) = exp(exp(loc - upper) - exp(loc - g)); solve u = F(g) for g: "
-                    "g = loc - log(exp(loc - upper) - log u).")
+        if isinstance(got, torch.Tensor) and got.is_floating_point() and got.dtype != u.dtype:
+            expect_true(False, f"for input {desc} (float64) your result is {got.dtype}: it "
+                        f"lost precision on the way.",
+                        hint="compute in the dtype of the inputs; do not convert to float32.")
+        hint = hints[name]
+        # The source notes' slip (SOURCE-ERRATA, erratum 31): "-u" where the inverse has "-log u"
+        # (told apart only on moderate inputs: elsewhere both forms overflow alike).
+        minus_u = loc - torch.log(torch.exp(loc - upper) - u)
+        if (name == "moderate" and isinstance(got, torch.Tensor) and got.shape == u.shape
+                and torch.allclose(got.to(torch.float64), minus_u, rtol=1e-9, atol=1e-9,
+                                   equal_nan=True)):
+            hint = ("your result matches loc - log(exp(loc - upper) - u), the source notes' slip: "
+                    "check the term that u enters through when you solve u = F(g).")
         expect_close(got, _truncated_reference(u, loc, upper), input_desc=desc, rtol=1e-9,
                      atol=1e-9, hint=hint)
     u = torch.tensor([1e-12, 0.5, 1 - 1e-12], **f64)
@@ -127,7 +203,7 @@ def _check_truncated_inverse(inverse):
 
 
 # ------------------------------------------------------------------------------------------------
-@exercise("gumbel-plackett-luce", "Plackett-Luce log-probability")
+@exercise("gumbel-ex-plackett-luce", "Plackett-Luce log-probability")
 def _check_plackett_luce(log_prob):
     """``log_prob(logits, order)``: logits a 1-D tensor, order a list of distinct ints."""
     f64 = dict(dtype=torch.float64)
@@ -142,17 +218,18 @@ def _check_plackett_luce(log_prob):
         desc = f"logits = {logits.tolist()}, order = {order}"
         got = call(log_prob, logits.clone(), list(order), input_desc=desc)
         expected = plackett_luce_log_prob(logits, torch.tensor(order))
-        hint = ("log P = sum over steps j of logits[i_j] - logsumexp(logits of the items not yet "
-                "drawn); remove drawn items by setting their logits to -inf.")
+        hint = ("take the log of the Plackett-Luce product one draw at a time: each factor "
+                "normalises over the items not drawn yet, not over all of them.")
         if logits[0] == 40.0:
-            hint = ("the first item holds almost all the mass: 'log(total - drawn)' cancels to "
-                    "log(0) here. Take the logsumexp over the remaining items directly (mask the "
-                    "drawn ones with -inf) instead of subtracting from the total.")
+            hint = ("the first item holds almost all the mass, so subtracting the drawn mass from "
+                    "the total cancels (e^40 + 1 - e^40 is 0 in float64). Compute each step's "
+                    "normaliser from the remaining items themselves.")
         expect_close(torch.as_tensor(got, **f64), expected, input_desc=desc, rtol=1e-9,
                      atol=1e-9, hint=hint)
     # probabilities of all ordered pairs of 4 items sum to one
     logits = torch.tensor([1.0, 0.0, -0.5, 0.7], **f64)
-    total = sum(math.exp(float(call(log_prob, logits.clone(), [a, b], input_desc=f"order = {[a, b]}")))
+    total = sum(math.exp(float(call(log_prob, logits.clone(), [a, b],
+                                    input_desc=f"order = {[a, b]}")))
                 for a in range(4) for b in range(4) if a != b)
     expect_true(abs(total - 1) < 1e-9,
                 f"the probabilities of the 12 ordered pairs of 4 items sum to {total:.6g}, not 1.")
