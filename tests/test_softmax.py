@@ -24,11 +24,13 @@ import softmaxbook.softmax as sm
 from softmaxbook.softmax import (
     cross_entropy,
     log_softmax,
+    log_sigmoid,
     logistic_loss,
     logit,
     logsumexp,
     sigmoid,
     softmax,
+    softplus,
 )
 
 INF = math.inf
@@ -592,3 +594,90 @@ def test_benchmark_quick_runs():
     ns = runpy.run_path(str(ROOT / "benchmarks" / "bench_softmax.py"))
     rows = ns["main"](["--quick"])
     assert len(rows) == 7 and all(r[3] > 0 for r in rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# softplus and log_sigmoid: the two-class log-sum-exp
+# ------------------------------------------------------------------------------------------------
+
+def _mp_softplus(v: float) -> float:
+    with mpmath.workdps(50):
+        return float(mpmath.log1p(mpmath.exp(mpmath.mpf(v))))
+
+
+EXTREME = [-INF, -800.0, -200.0, -104.0, -88.0, -40.0, -1e-8, 0.0, 1e-8, 1.0, 20.0, 40.0, 88.8,
+           200.0, 800.0, INF]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_softplus_and_log_sigmoid_exact_at_extreme_inputs(dtype):
+    x = torch.tensor(EXTREME, dtype=dtype)
+    tiny = torch.finfo(dtype).tiny
+    for f, sign in ((softplus, 1.0), (log_sigmoid, -1.0)):
+        got = f(x).double()
+        for v, g in zip(EXTREME, got.tolist()):
+            want = sign * _mp_softplus(sign * v) if math.isfinite(v) else (
+                (INF if v > 0 else 0.0) if f is softplus else (0.0 if v > 0 else -INF))
+            # the float32/float64 value of the exact result, relative error of a few ulp
+            want = float(torch.tensor(want, dtype=dtype))
+            if math.isinf(want) or want == 0.0:
+                assert g == want, (f.__name__, v, g, want)
+            else:
+                assert abs(g - want) <= 4 * torch.finfo(dtype).eps * abs(want) + tiny, \
+                    (f.__name__, v, g, want)
+
+
+def test_softplus_beats_the_naive_formulas():
+    x = torch.tensor([-200.0, -40.0, 100.0, 200.0])  # float32
+    # exp(-200) underflows in float32 (the exact softplus rounds to 0 there too)
+    naive_sp = torch.log(1 + torch.exp(x))
+    assert naive_sp[0] == 0 and naive_sp[1] == 0 and torch.isinf(naive_sp[2:]).all()
+    assert softplus(x)[0] == 0
+    assert abs(softplus(x)[1].item() / math.exp(-40.0) - 1) < 1e-6
+    assert torch.equal(softplus(x)[2:], x[2:])
+    naive_ls = torch.log(torch.sigmoid(x))
+    assert torch.isinf(naive_ls[0]) and naive_ls[2] == 0
+    assert log_sigmoid(x)[0] == -200.0 and log_sigmoid(x)[2] < 0
+    # torch's softplus returns x itself above its threshold (20): relative error ~1e-10
+    t = torch.tensor([21.0], dtype=torch.float64)
+    assert F.softplus(t) == t and softplus(t) > t
+
+
+def test_softplus_is_two_class_logsumexp_and_log_sigmoid_its_log_probability():
+    g = gen(3)
+    x = 30.0 * torch.randn(500, dtype=torch.float64, generator=g)
+    pair = torch.stack([torch.zeros_like(x), x], dim=-1)
+    assert torch.allclose(softplus(x), logsumexp(pair), rtol=1e-14, atol=0)
+    assert torch.allclose(log_sigmoid(x), log_softmax(pair)[:, 1], rtol=1e-14, atol=1e-300)
+    assert torch.allclose(log_sigmoid(x), -softplus(-x), rtol=0, atol=0)
+    assert torch.allclose(log_sigmoid(x), F.logsigmoid(x), rtol=1e-14, atol=0)
+
+
+def test_softplus_gradients():
+    x = torch.tensor(EXTREME, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(softplus(x).sum(), x)
+    assert torch.equal(g, torch.sigmoid(x.detach()))  # 1/2 at 0, 0 and 1 at -inf and +inf
+    (g,) = torch.autograd.grad(log_sigmoid(x).sum(), x)
+    assert torch.equal(g, torch.sigmoid(-x.detach()))
+    d = torch.randn(12, dtype=torch.float64, generator=gen(4), requires_grad=True)
+    for f in (softplus, log_sigmoid):
+        assert torch.autograd.gradcheck(f, (d,))
+        assert torch.autograd.gradgradcheck(f, (d,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_softplus_half_precision_computed_in_float32(dtype):
+    x = torch.tensor([-20.0, 0.0, 20.0], dtype=dtype)
+    assert softplus(x).dtype == dtype and log_sigmoid(x).dtype == dtype
+    for f in (softplus, log_sigmoid):
+        assert torch.equal(f(x), f(x.float()).to(dtype))
+
+
+@pytest.mark.parametrize("f", [softplus, log_sigmoid])
+def test_softplus_bad_input_is_rejected(f):
+    with pytest.raises(ValueError, match=f"^{f.__name__}: argument 'x' contains NaN"):
+        f(torch.tensor([0.0, math.nan]))
+    with pytest.raises(TypeError, match=f"^{f.__name__}: argument 'x' must have a floating"):
+        f(torch.tensor([1, 2]))
+    with pytest.raises(TypeError, match=f"^{f.__name__}: argument 'x' must be a torch.Tensor"):
+        f([1.0])
