@@ -1,21 +1,65 @@
 """Checks for the coding exercises of the chapter "Softmax facts" (book/01_softmax.ipynb).
 
 * ``softmax-stable-lse``: ``stable_logsumexp(x)`` along the last dimension, which must survive huge
-  logits, ``-inf`` entries and slices that are entirely ``-inf`` (result ``-inf``).
+  logits, ``-inf`` entries and slices that are entirely ``-inf`` (result ``-inf``), shifting each
+  row by its own maximum, written with basic tensor operations: ``torch.logsumexp`` (also as a
+  method or ``torch.special.logsumexp``), torch's softmax/log-softmax and the book's library are
+  forbidden.
 * ``softmax-cross-entropy``: ``mean_cross_entropy(logits, target)`` from logits and class indices,
-  without ever forming ``exp(logits)`` unshifted.
+  without ever forming ``exp(logits)`` unshifted, also where a logit is ``-inf``; ready-made
+  cross entropies and log-softmaxes are forbidden.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import torch
 
-from . import call, exercise, expect_close, expect_true
+from . import _ForbiddenCall, call, exercise, expect_close, expect_true
+from .. import softmax as _softmax
 from ..softmax import cross_entropy, logsumexp
 
 INF = math.inf
+
+# Ready-made answers. Matched by name (see softmaxbook.exercises.forbidden), so torch.logsumexp
+# also catches x.logsumexp(...) and torch.special.logsumexp, and torch.log_softmax also catches
+# torch.nn.functional.log_softmax and x.log_softmax(...).
+_NO_LSE = {torch.logsumexp: "torch.logsumexp", torch.softmax: "torch.softmax",
+           torch.log_softmax: "torch.log_softmax"}
+_NO_LSE_REASON = ("Write it with basic tensor operations (amax, exp, sum, log, where): the "
+                  "point of the exercise is the shift that makes it stable.")
+_NO_CE = {**_NO_LSE,
+          torch.nn.functional.cross_entropy: "torch.nn.functional.cross_entropy",
+          torch.nn.functional.nll_loss: "torch.nn.functional.nll_loss"}
+_NO_CE_REASON = ("Build it from your stable_logsumexp (or the same shift written out) and "
+                 "basic tensor operations.")
+
+
+@contextmanager
+def _book_library_forbidden():
+    """While active, the book's softmax, log_softmax, logsumexp and cross_entropy raise: each of
+    them validates its input with ``softmaxbook.softmax._check_x``, looked up at call time, so
+    this also catches a name the learner imported before the check ran."""
+    saved = _softmax._check_x
+
+    def tripwire(*args, **kwargs):
+        raise _ForbiddenCall("a function of the book's library (softmaxbook.softmax)")
+
+    _softmax._check_x = tripwire
+    try:
+        yield
+    finally:
+        _softmax._check_x = saved
+
+
+def _call(func, *args, desc, forbid, reason):
+    with _book_library_forbidden():
+        return call(func, *args, input_desc=desc, forbid=forbid, forbid_reason=reason)
+
+
+PER_ROW = "a batch of 3 rows, float64 (each row needs its own maximum)"
 
 LSE_CASES = [
     (torch.tensor([1.0, 2.0, 3.0]), "x = [1, 2, 3]"),
@@ -23,28 +67,37 @@ LSE_CASES = [
     (torch.tensor([-1000.0, -1001.0]), "x = [-1000, -1001] (exp underflows to 0)"),
     (torch.tensor([7.5]), "x = [7.5] (one element)"),
     (torch.tensor([0.0, -INF, 2.0]), "x = [0, -inf, 2] (an impossible entry)"),
-    (torch.tensor([[1.0, 2.0], [500.0, -500.0], [3.0, 3.0]], dtype=torch.float64),
-     "a batch of 3 rows (float64)"),
+    # shifted by the maximum of the whole tensor (1000), the second row underflows to log 0
+    (torch.tensor([[1000.0, 999.0], [-1000.0, -1001.0], [3.0, 3.0]], dtype=torch.float64),
+     "x = [[1000, 999], [-1000, -1001], [3, 3]], " + PER_ROW),
     (torch.tensor([[-INF, -INF], [0.0, 0.0]]), "x = [[-inf, -inf], [0, 0]] (a row of -inf)"),
 ]
+
+_LSE_HINT = ("log-sum-exp is m + log(sum(exp(x - m))) with m the maximum along the last "
+             "dimension; reduce over dim=-1 and return one value per row.")
+_ROW_HINT = ("shift each row by its own maximum (x.amax(dim=-1, keepdim=True)), not by the "
+             "maximum of the whole tensor: a row far below the overall maximum underflows to "
+             "exp(...) = 0 and log 0 = -inf.")
+_NAN_HINT = ("shift by the maximum m of x (not by max(exp(x))). For a row that is all -inf, "
+             "m = -inf and x - m = -inf - (-inf) = NaN; the answer for that row is log 0 = "
+             "-inf. Which shift gives that without a NaN?")
 
 
 @exercise("softmax-stable-lse", "a log-sum-exp that never overflows")
 def _check_stable_lse(stable_logsumexp):
     for x, desc in LSE_CASES:
-        got = call(stable_logsumexp, x.clone(), input_desc=desc)
+        got = _call(stable_logsumexp, x.clone(), desc=desc, forbid=_NO_LSE,
+                    reason=_NO_LSE_REASON)
         expected = logsumexp(x)
         if isinstance(got, torch.Tensor) and bool(torch.isnan(got).any()):
             expect_true(False, f"for input {desc} your result contains NaN: {got.tolist()}.",
-                        hint="shift by the maximum m of x (not by max(exp(x))): "
-                             "m + log(sum(exp(x - m))). For a row that is all -inf, x - m is "
-                             "-inf - (-inf) = NaN: shift such rows by 0 instead "
-                             "(torch.where(torch.isinf(m), 0, m)).")
+                        hint=_NAN_HINT)
         expect_close(got, expected, input_desc=desc, rtol=1e-6, atol=1e-6,
-                     hint="log-sum-exp is m + log(sum(exp(x - m))) with m the maximum along the "
-                          "last dimension; reduce over dim=-1 and return one value per row.")
+                     hint=_ROW_HINT if PER_ROW in desc else _LSE_HINT)
     return len(LSE_CASES)
 
+
+CE_PER_ROW = "(each row needs its own maximum)"
 
 CE_CASES = [
     (torch.tensor([[2.0, 1.0, 0.1]]), torch.tensor([0]), "logits = [[2, 1, 0.1]], target = [0]"),
@@ -52,26 +105,39 @@ CE_CASES = [
      "logits = [[1000, 0], [0, 1000]], target = [0, 0] (huge logits)"),
     (torch.tensor([[-800.0, -805.0, -790.0]]), torch.tensor([1]),
      "logits = [[-800, -805, -790]], target = [1] (exp underflows)"),
+    (torch.tensor([[1000.0, 999.0], [-1000.0, -1001.0]], dtype=torch.float64),
+     torch.tensor([0, 1]),
+     "logits = [[1000, 999], [-1000, -1001]] (float64), target = [0, 1] " + CE_PER_ROW),
     (torch.tensor([[0.0, -INF, 1.0]]), torch.tensor([2]),
      "logits = [[0, -inf, 1]], target = [2] (an impossible class)"),
 ]
 
+_CE_HINT = ("the loss of one example is logsumexp(z) - z[target]: the negative log-probability "
+            "of the right class, computed from logits with the maximum shifted out (never "
+            "log(softmax(z)) with an unshifted exp).")
+_CE_NAN_HINT = ("a logit of -inf (an impossible class, never the target) has log p = -inf, and "
+                "multiplying by a one-hot target gives 0 * (-inf) = NaN. Pick the target's "
+                "entry out instead of multiplying (indexing or gather).")
+
 
 @exercise("softmax-cross-entropy", "mean cross entropy from logits")
 def _check_cross_entropy(mean_cross_entropy):
+    # fixed test inputs: a check is deterministic given the learner's function
     g = torch.Generator().manual_seed(7)
     z = 4.0 * torch.randn(32, 10, generator=g, dtype=torch.float64)
     y = torch.randint(0, 10, (32,), generator=g)
     cases = CE_CASES + [(z, y, "random logits of shape (32, 10) (float64)")]
     for logits, target, desc in cases:
-        got = call(mean_cross_entropy, logits.clone(), target.clone(), input_desc=desc)
+        got = _call(mean_cross_entropy, logits.clone(), target.clone(), desc=desc,
+                    forbid=_NO_CE, reason=_NO_CE_REASON)
         expected = cross_entropy(logits, target)
         if isinstance(got, torch.Tensor) and got.dim() > 0:
             expect_true(False, f"for input {desc} the result should be one number (the mean over "
                         f"the batch), got shape {tuple(got.shape)}.",
                         hint="average the per-example losses: .mean().")
+        if isinstance(got, torch.Tensor) and bool(torch.isnan(got).any()) and \
+                bool(torch.isneginf(logits).any()):
+            expect_true(False, f"for input {desc} your result is NaN.", hint=_CE_NAN_HINT)
         expect_close(got, expected, input_desc=desc, rtol=1e-5, atol=1e-6,
-                     hint="the loss of one example is logsumexp(z) - z[target]: the negative "
-                          "log-probability of the right class, computed from logits with the "
-                          "maximum shifted out (never log(softmax(z)) with an unshifted exp).")
+                     hint=_ROW_HINT if CE_PER_ROW in desc else _CE_HINT)
     return len(cases)
