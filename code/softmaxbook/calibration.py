@@ -341,15 +341,23 @@ def brier_score(probs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------------
 # Temperature scaling
 # ------------------------------------------------------------------------------------------------
-def _nll_derivatives(z: torch.Tensor, zy: torch.Tensor, beta: float):
-    """NLL(beta), dNLL/dbeta, d2NLL/dbeta2 of softmax(beta z) (float64, no checks)."""
-    s = beta * z
-    lse = torch.logsumexp(s, 1)
-    p = torch.exp(s - lse[:, None])
-    mean_z = (p * z).sum(1)
-    # variance as E[(z - E z)^2], not E z^2 - (E z)^2, which cancels when p is peaked
-    var_z = (p * (z - mean_z[:, None]).square()).sum(1)
-    return (lse - beta * zy).mean().item(), (mean_z - zy).mean().item(), var_z.mean().item()
+def _nll_derivatives(d: torch.Tensor, dy: torch.Tensor, beta: float):
+    """NLL(beta), dNLL/dbeta, d2NLL/dbeta2 of softmax(beta z), given ``d = z - max_k z`` and
+    ``dy = z_y - max_k z`` (float64, no checks).
+
+    Shifting every row by its largest logit changes neither the softmax nor the derivatives
+    (only the NLL, by ``beta * max``, which cancels against ``z_y``), and since ``beta d <= 0``
+    the exponentials cannot overflow: no max pass per evaluation. With ``d`` the variance is
+    ``E[d^2] - E[d]^2``; when ``p`` is peaked on the top class both terms are small and
+    ``E[d]^2 <= (1 - p_top) E[d^2]`` (Cauchy-Schwarz), so the difference does not cancel.
+    """
+    e = torch.mul(d, beta).exp_()
+    total = e.sum(1)
+    ed = e.mul_(d)
+    m1 = ed.sum(1).div_(total)
+    m2 = ed.mul_(d).sum(1).div_(total)
+    nll = (total.log() - beta * dy).mean().item()
+    return nll, (m1 - dy).mean().item(), (m2 - m1.square()).clamp_(min=0).mean().item()
 
 
 def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, *, rtol: float = 1e-10,
@@ -399,6 +407,7 @@ def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, *, rtol: float =
     max_iter = check_int(max_iter, "max_iter", func, minimum=1)
     z = logits.detach().double()
     zy = z.gather(1, labels[:, None]).squeeze(1)
+    zmax = z.max(1).values
     # slope at beta = 0 (T = infinity): mean_k z_ik - z_iy averaged over i
     g0 = (z.mean(1) - zy).mean().item()
     if g0 >= 0:
@@ -408,20 +417,21 @@ def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, *, rtol: float =
             "(uniform predictions); no finite temperature is optimal")
     # slope as beta -> infinity: mean_i (max_k z_ik - z_iy) >= 0; it is 0 iff every label is
     # a top-scoring class, and then the NLL falls for ever as T -> 0
-    ginf = (z.max(1).values - zy).mean().item()
+    ginf = (zmax - zy).mean().item()
     if ginf <= 0:
         raise ValueError(
             f"{func}: every label is the top-scoring class (the data are separable), so the NLL "
             "keeps decreasing as T -> 0; no finite temperature is optimal (use held-out data "
             "the model makes mistakes on)")
-    lo, hi = 0.0, 1.0
-    while _nll_derivatives(z, zy, hi)[1] < 0:  # find a bracket [lo, hi] with g(hi) >= 0
-        lo, hi = hi, 2.0 * hi
-        if hi > 1e300:
-            raise ValueError(f"{func}: no bracket for the optimal 1/T found below 1e300")
+    d = z - zmax[:, None]
+    dy = zy - zmax
+    del z
+    # Newton in beta from beta = 1 inside a bracket [lo, hi] that always holds the root:
+    # g(lo) < 0 <= g(hi), with hi = infinity until a point with g >= 0 is seen
+    lo, hi = 0.0, math.inf
     beta = 1.0
     for _ in range(max_iter):
-        _, g, h = _nll_derivatives(z, zy, beta)
+        _, g, h = _nll_derivatives(d, dy, beta)
         if g == 0:
             break
         if g < 0:
@@ -429,8 +439,13 @@ def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, *, rtol: float =
         else:
             hi = beta
         step = beta - g / h if h > 0 else math.nan
-        new = step if lo < step < hi else 0.5 * (lo + hi)
-        if abs(new - beta) <= rtol * new or hi - lo <= rtol * hi:
+        if lo < step < hi:
+            new = step
+        elif math.isinf(hi):  # no upper end yet: double
+            new = 2.0 * beta
+        else:
+            new = 0.5 * (lo + hi)
+        if abs(new - beta) <= rtol * new or (hi - lo <= rtol * hi < math.inf):
             beta = new
             break
         beta = new
