@@ -341,7 +341,7 @@ def brier_score(probs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------------
 # Temperature scaling
 # ------------------------------------------------------------------------------------------------
-def _nll_derivatives(d: torch.Tensor, dy: torch.Tensor, beta: float):
+def _nll_derivatives(d: torch.Tensor, dy: torch.Tensor, beta: float, buf: torch.Tensor):
     """NLL(beta), dNLL/dbeta, d2NLL/dbeta2 of softmax(beta z), given ``d = z - max_k z`` and
     ``dy = z_y - max_k z`` (float64, no checks).
 
@@ -350,8 +350,10 @@ def _nll_derivatives(d: torch.Tensor, dy: torch.Tensor, beta: float):
     the exponentials cannot overflow: no max pass per evaluation. With ``d`` the variance is
     ``E[d^2] - E[d]^2``; when ``p`` is peaked on the top class both terms are small and
     ``E[d]^2 <= (1 - p_top) E[d^2]`` (Cauchy-Schwarz), so the difference does not cancel.
+    ``buf`` (shape of ``d``) is reused by every call: a fresh allocation of that size costs as
+    much as the arithmetic.
     """
-    e = torch.mul(d, beta).exp_()
+    e = torch.mul(d, beta, out=buf).exp_()
     total = e.sum(1)
     ed = e.mul_(d)
     m1 = ed.sum(1).div_(total)
@@ -430,8 +432,9 @@ def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, *, rtol: float =
     # g(lo) < 0 <= g(hi), with hi = infinity until a point with g >= 0 is seen
     lo, hi = 0.0, math.inf
     beta = 1.0
+    buf = torch.empty_like(d)
     for _ in range(max_iter):
-        _, g, h = _nll_derivatives(d, dy, beta)
+        _, g, h = _nll_derivatives(d, dy, beta, buf)
         if g == 0:
             break
         if g < 0:
