@@ -95,12 +95,24 @@ def _check_logits(logits, func: str, name: str = "logits") -> torch.Tensor:
 
 
 def _check_probs(probs, func: str) -> torch.Tensor:
-    _check_logits(probs, func, "probs")
-    if bool((probs < 0).any()) or bool((probs > 1).any()):
+    as_float_tensor(probs, "probs", func)
+    if probs.dim() != 2:
+        raise ValueError(f"{func}: argument 'probs' must have shape (N, K), got shape "
+                         f"{tuple(probs.shape)}")
+    if probs.shape[1] < 2:
+        raise ValueError(f"{func}: argument 'probs' needs at least 2 classes (K >= 2), got "
+                         f"shape {tuple(probs.shape)}")
+    # one pass finds NaN, +-inf and values outside [0, 1] (min and max propagate NaN, and NaN
+    # fails both comparisons); the slower diagnosis runs only when something is wrong
+    lo, hi = torch.aminmax(probs)
+    if not (bool(lo >= 0) and bool(hi <= 1)):
+        check_finite(probs, "probs", func)
         raise ValueError(f"{func}: argument 'probs' must lie in [0, 1], got values in "
                          f"[{probs.min().item():.4g}, {probs.max().item():.4g}]")
     tol = 1e-2 if probs.dtype in (torch.float16, torch.bfloat16) else 1e-4
-    sums = probs.double().sum(1)
+    # a float32 sum of K numbers in [0, 1] is off by ~K * 6e-8, far below the tolerance
+    wide = probs.dtype in (torch.float32, torch.float64)
+    sums = probs.sum(1) if wide else probs.float().sum(1)
     bad = (sums - 1).abs() > tol
     if bool(bad.any()):
         i = int(bad.nonzero()[0])
@@ -216,11 +228,12 @@ def reliability_bins(probs: torch.Tensor, labels: torch.Tensor, n_bins: int = 15
 
 
 def _reliability(probs, labels, n_bins, binning) -> ReliabilityBins:
-    p = probs.detach().double()
-    conf, pred = p.max(1)
+    conf, pred = probs.detach().max(1)
+    # only the N confidences go to float64 (the sums over bins), not the N x K table
+    conf = conf.double()
     correct = (pred == labels).double()
     idx, edges = _bin_index(conf, n_bins, binning)
-    count = torch.zeros(n_bins, dtype=torch.float64, device=p.device)
+    count = torch.zeros(n_bins, dtype=torch.float64, device=conf.device)
     count.index_add_(0, idx, torch.ones_like(conf))
     csum = torch.zeros_like(count).index_add_(0, idx, conf)
     asum = torch.zeros_like(count).index_add_(0, idx, correct)
