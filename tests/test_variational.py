@@ -1,0 +1,306 @@
+"""Tests of softmaxbook.variational: residuals of known solutions vanish and of wrong candidates
+do not; known minimisers are recovered at the expected rate; bad input fails clearly.
+
+Everything here is deterministic (no randomness). Convergence orders are estimated from errors
+at n and 2n; the brackets are wide enough for the pre-asymptotic wobble and narrow enough to
+tell order 1 from order 2.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+from sympy.calculus.euler import euler_equations
+
+from softmaxbook.variational import (
+    cycloid,
+    cycloid_time,
+    discrete_functional,
+    el_residual,
+    minimize_functional,
+)
+
+G = 9.81
+f64 = dict(dtype=torch.float64)
+
+
+def arc(x, f, p):
+    return torch.sqrt(1 + p ** 2)
+
+
+def soap(x, f, p):  # surface of revolution / hanging chain: minimiser a cosh(x / a)
+    return f * torch.sqrt(1 + p ** 2)
+
+
+def quad(x, f, p):  # F = f'^2 + f^2: Euler-Lagrange f'' = f
+    return p ** 2 + f ** 2
+
+
+def brach(x, f, p):  # travel time from rest, height f measured upwards
+    return torch.sqrt(1 + p ** 2) / torch.sqrt(-2 * G * f)
+
+
+def order(errors):
+    return [math.log2(e0 / e1) for e0, e1 in zip(errors, errors[1:])]
+
+
+# ------------------------------------------------------------------------------------------------
+# el_residual
+# ------------------------------------------------------------------------------------------------
+X = torch.linspace(-1.0, 1.0, 11, **f64)
+
+
+@pytest.mark.parametrize("F, f", [
+    (arc, lambda x: 3 * x - 2),
+    (soap, torch.cosh),
+    (soap, lambda x: 0.7 * torch.cosh(x / 0.7)),
+    (quad, torch.sinh),
+    (quad, lambda x: 2 * torch.exp(-x)),
+    # F = f'^2/2 + x f: f'' = x, solved by x^3/6 + linear
+    (lambda x, f, p: p ** 2 / 2 + x * f, lambda x: x ** 3 / 6 - x + 1),
+])
+def test_residual_of_exact_solutions_is_zero(F, f):
+    r = el_residual(F, f, X)
+    assert r.shape == X.shape and r.dtype == torch.float64
+    assert r.abs().max() < 1e-12
+
+
+@pytest.mark.parametrize("F, f, expected", [
+    # arc length of x^2: -(d/dx) f'/sqrt(1+f'^2) = -2 / (1 + 4x^2)^(3/2)
+    (arc, lambda x: x ** 2, lambda x: -2 / (1 + 4 * x ** 2) ** 1.5),
+    # F = f'^2 + f^2 at sin: 2 sin + 2 sin
+    (quad, torch.sin, lambda x: 4 * torch.sin(x)),
+    # a constant path for F = f'^2 + f^2: residual 2f
+    (quad, lambda x: torch.full_like(x, 1.5), lambda x: torch.full_like(x, 3.0)),
+    # 2 cosh(x) is not a catenary (a cosh(x/a) needs a = 2 inside too)
+    (soap, lambda x: 2 * torch.cosh(x),
+     # dF/df = sqrt(1 + p^2), d/dx [f p / sqrt(1 + p^2)] = p^2 / sqrt(1 + p^2)
+     # + f p' / (1 + p^2)^(3/2), with f = 2 cosh, p = 2 sinh, p' = 2 cosh
+     lambda x: (torch.sqrt(1 + 4 * torch.sinh(x) ** 2)
+                - 4 * torch.sinh(x) ** 2 / torch.sqrt(1 + 4 * torch.sinh(x) ** 2)
+                - 4 * torch.cosh(x) ** 2 / (1 + 4 * torch.sinh(x) ** 2) ** 1.5)),
+])
+def test_residual_of_wrong_candidates_matches_hand_computation(F, f, expected):
+    r = el_residual(F, f, X)
+    torch.testing.assert_close(r, expected(X), rtol=1e-12, atol=1e-12)
+    assert r.abs().max() > 0.1
+
+
+def test_residual_matches_sympy_euler_equations():
+    # A Lagrangian with every kind of term: explicit x, f and f' mixed.
+    xs = sp.symbols("x")
+    fs = sp.Function("f")
+    Fsym = xs * fs(xs).diff(xs) ** 2 + fs(xs) ** 2 * fs(xs).diff(xs) + sp.sin(fs(xs)) * xs
+    eq = euler_equations(Fsym, fs(xs), xs)[0].lhs
+    cand = sp.exp(xs / 2) + xs ** 2
+    expr = sp.lambdify(xs, eq.subs(fs(xs), cand).doit(), "numpy")
+    F = lambda x, f, p: x * p ** 2 + f ** 2 * p + torch.sin(f) * x
+    r = el_residual(F, lambda x: torch.exp(x / 2) + x ** 2, X)
+    np.testing.assert_allclose(r.numpy(), expr(X.numpy()), rtol=1e-12, atol=1e-12)
+
+
+def test_residual_of_the_cycloid_is_zero_and_of_the_line_not():
+    x = torch.linspace(0.05, math.pi, 12, **f64)
+    r = el_residual(brach, lambda t: cycloid(t, math.pi, -2.0), x)
+    assert r.abs().max() < 1e-10
+    line = el_residual(brach, lambda t: -2 * t / math.pi, x)
+    assert line.abs().min() > 0.01
+
+
+def test_residual_float32_and_no_input_mutation():
+    x = X.float()
+    before = x.clone()
+    r = el_residual(quad, torch.sinh, x)
+    assert r.dtype == torch.float32 and r.abs().max() < 1e-5
+    assert torch.equal(x, before) and not r.requires_grad
+
+
+def test_residual_f_prime_free_lagrangian_is_pointwise():
+    # no f' in F: the residual is just dF/df (the NCE situation)
+    r = el_residual(lambda x, f, p: (f - x) ** 2, torch.sin, X)
+    torch.testing.assert_close(r, 2 * (torch.sin(X) - X))
+
+
+# ------------------------------------------------------------------------------------------------
+# discrete_functional
+# ------------------------------------------------------------------------------------------------
+def exact_polygon_time(x, y):
+    """Exact travel time along a polygon from rest: per segment, length / mean speed with the
+    mean of 1/sqrt over a linear drop done in closed form."""
+    h, dy = x[1:] - x[:-1], y[1:] - y[:-1]
+    s0, s1 = (-y[:-1]).clamp_min(0).sqrt(), (-y[1:]).clamp_min(0).sqrt()
+    return float((torch.sqrt(h ** 2 + dy ** 2) * 2 / (math.sqrt(2 * G) * (s0 + s1))).sum())
+
+
+def test_discrete_functional_exact_cases():
+    x = torch.tensor([0.0, 0.3, 1.0, 2.0], **f64)
+    y = torch.tensor([1.0, 0.4, 2.0, -1.0], **f64)
+    length = float(torch.sqrt((x[1:] - x[:-1]) ** 2 + (y[1:] - y[:-1]) ** 2).sum())
+    assert abs(float(discrete_functional(arc, x, y)) - length) < 1e-13
+    # f'^2 + f^2 on a polygon: the f^2 part is the integral of a quadratic, done exactly
+    j = float(discrete_functional(quad, x, y))
+    h = x[1:] - x[:-1]
+    ex = float((((y[1:] - y[:-1]) / h) ** 2 * h
+                + h * (y[:-1] ** 2 + y[:-1] * y[1:] + y[1:] ** 2) / 3).sum())
+    assert abs(j - ex) < 1e-12
+
+
+def test_discrete_functional_integrates_the_singular_start_exactly():
+    # the polygon starts at f = 0, where 1/sqrt(-f) is infinite: still the exact time
+    x = torch.tensor([0.0, 0.01, 0.5, 2.0, math.pi], **f64)
+    y = torch.tensor([0.0, -0.3, -1.2, -2.1, -2.0], **f64)
+    assert abs(float(discrete_functional(brach, x, y)) - exact_polygon_time(x, y)) < 1e-9
+
+
+def test_discrete_functional_straight_line_time():
+    # the straight line from (0, 0) to (pi, -2): T = sqrt(2 (pi^2 + 4) / (g * 2))
+    x = torch.linspace(0, math.pi, 3, **f64)
+    y = -2 * x / math.pi
+    t = float(discrete_functional(brach, x, y))
+    assert abs(t - math.sqrt(2 * (math.pi ** 2 + 4) / (G * 2))) < 1e-9
+    assert abs(t - 1.1890) < 5e-5
+
+
+def test_discrete_functional_is_differentiable():
+    x = torch.linspace(0, 1, 6, **f64)
+    y = torch.sin(x).requires_grad_(True)
+    torch.autograd.gradcheck(lambda yy: discrete_functional(soap, x, yy + 2), (y,))
+
+
+# ------------------------------------------------------------------------------------------------
+# minimize_functional
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [2, 7, 64])
+def test_shortest_path_is_the_straight_line(n):
+    res = minimize_functional(arc, -1.0, 2.0, 0.5, -1.0, n=n,
+                              init=lambda x: torch.sin(3 * x))
+    line = 0.5 - 1.5 * (res.x + 1) / 3
+    assert res.converged
+    assert (res.f - line).abs().max() < 1e-8
+    assert abs(float(res.value) - math.hypot(3.0, 1.5)) < 1e-12
+    assert res.x[0] == -1.0 and res.x[-1] == 2.0 and res.f[0] == 0.5 and res.f[-1] == -1.0
+
+
+def test_f_double_prime_equals_f_converges_at_second_order():
+    errs_f, errs_j = [], []
+    for n in (8, 16, 32, 64):
+        res = minimize_functional(quad, 0.0, 1.0, 0.0, 1.0, n=n)
+        errs_f.append(float((res.f - torch.sinh(res.x) / math.sinh(1)).abs().max()))
+        errs_j.append(float(res.value) - 1 / math.tanh(1))
+    assert min(errs_j) > 0  # the polygon is an admissible path: J above the minimum
+    for p in order(errs_f) + order(errs_j):
+        assert 1.8 < p < 2.2
+
+
+def test_catenary_is_recovered():
+    res = minimize_functional(soap, -1.0, 1.0, math.cosh(1), math.cosh(1), n=64)
+    assert (res.f - torch.cosh(res.x)).abs().max() < 2e-4
+    assert abs(float(res.value) - (1 + math.sinh(2) / 2)) < 2e-4
+
+
+def test_brachistochrone_graded_grid_second_order_uniform_first_order():
+    t_star = cycloid_time(math.pi, -2.0)
+    graded, uniform = [], []
+    for n in (16, 32, 64):
+        res = minimize_functional(brach, 0.0, math.pi, 0.0, -2.0, n=n)
+        # the quadrature matches the exact time of the same polygon
+        assert abs(float(res.value) - exact_polygon_time(res.x, res.f)) < 1e-9
+        graded.append(float(res.value) - t_star)
+        uni = minimize_functional(brach, 0.0, math.pi, 0.0, -2.0, n=n, singular="none")
+        uniform.append(float(uni.value) - t_star)
+    assert min(graded) > 0 and min(uniform) > 0
+    assert graded[-1] < 1e-4
+    assert all(1.7 < p < 2.3 for p in order(graded))
+    assert all(0.8 < p < 1.2 for p in order(uniform))
+    # the path itself approaches the cycloid
+    res = minimize_functional(brach, 0.0, math.pi, 0.0, -2.0, n=64)
+    assert (res.f - cycloid(res.x, math.pi, -2.0)).abs().max() < 5e-3
+
+
+def test_auto_detects_singular_right_end():
+    # the brachistochrone mirrored: from (-pi, -2) up to (0, 0); singular at b
+    mirrored = lambda x, f, p: brach(-x, f, -p)
+    res = minimize_functional(mirrored, -math.pi, 0.0, -2.0, 0.0, n=32)
+    direct = minimize_functional(brach, 0.0, math.pi, 0.0, -2.0, n=32)
+    assert abs(float(res.value) - float(direct.value)) < 1e-9
+    assert res.x[-1] - res.x[-2] < res.x[1] - res.x[0]  # graded towards b
+
+
+def test_cycloid_time_and_curve():
+    assert abs(cycloid_time(math.pi, -2.0) - math.pi / math.sqrt(G)) < 1e-12
+    assert abs(cycloid_time(math.pi, -2.0) - 1.0030) < 5e-5
+    x = torch.tensor([0.0, math.pi / 2, math.pi], **f64)
+    y = cycloid(x, math.pi, -2.0)
+    assert y[0] == 0 and abs(float(y[-1]) + 2) < 1e-12
+    # theta with theta - sin(theta) = pi/2 lies where the height is -(1 - cos theta)
+    th = sp.nsolve(sp.Symbol("t") - sp.sin(sp.Symbol("t")) - sp.pi / 2, 2.0)
+    assert abs(float(y[1]) + 1 - math.cos(float(th))) < 1e-12
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input: one test per kind, each message names the argument
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(b=0.0), ValueError, "argument 'b' must be > a"),
+    (dict(b=-1.0), ValueError, "argument 'b' must be > a"),
+    (dict(n=1), ValueError, "argument 'n' must be >= 2"),
+    (dict(n=4.0), TypeError, "argument 'n' must be an int"),
+    (dict(fa=float("nan")), ValueError, "argument 'fa' must be finite"),
+    (dict(a="0"), TypeError, "argument 'a' must be a real number"),
+    (dict(singular="left"), ValueError, "argument 'singular' must be one of"),
+    (dict(dtype=torch.int64), TypeError, "argument 'dtype'"),
+    (dict(F=3), TypeError, "argument 'F' must be a callable"),
+    (dict(init=lambda x: x[:-1]), ValueError, "argument 'init' must act elementwise"),
+    (dict(max_iter=0), ValueError, "argument 'max_iter' must be >= 1"),
+])
+def test_minimize_bad_input(kwargs, exc, match):
+    args = dict(F=arc, a=0.0, b=1.0, fa=0.0, fb=1.0)
+    args.update(kwargs)
+    F, a, b, fa, fb = (args.pop(k) for k in ("F", "a", "b", "fa", "fb"))
+    with pytest.raises(exc, match=match):
+        minimize_functional(F, a, b, fa, fb, **args)
+
+
+def test_minimize_nan_on_initial_path():
+    # sqrt(f) of a path that goes below zero: NaN inside the interval, not an end singularity
+    with pytest.raises(ValueError, match=r"minimize_functional: argument 'F' gives a "
+                                         r"non-finite value .* initial path \(first in cell 1"):
+        minimize_functional(lambda x, f, p: torch.sqrt(f) + p ** 2, 0.0, 1.0, 1.0, 1.0, n=4,
+                            init=lambda x: 1 - 5 * x * (1 - x))
+
+
+def test_minimize_non_elementwise_lagrangian():
+    with pytest.raises(ValueError, match="argument 'F' must act elementwise"):
+        minimize_functional(lambda x, f, p: (p ** 2).sum(), 0.0, 1.0, 0.0, 1.0)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: el_residual(quad, torch.sin, torch.arange(3)), TypeError,
+     "el_residual: argument 'x' must have a floating-point dtype"),
+    (lambda: el_residual(quad, torch.sin, torch.tensor([0.0, float("nan")])), ValueError,
+     "el_residual: argument 'x' contains NaN"),
+    (lambda: el_residual(quad, "sin", X), TypeError, "argument 'f' must be a callable"),
+    (lambda: el_residual(None, torch.sin, X), TypeError, "argument 'F' must be a callable"),
+    (lambda: el_residual(quad, lambda x: x.sum(), X), ValueError,
+     "argument 'f' must act elementwise"),
+    (lambda: el_residual(quad, lambda x: x.detach().numpy(), X), TypeError,
+     "argument 'f' must return a torch.Tensor"),
+    (lambda: discrete_functional(arc, torch.tensor([0.0, 1.0, 0.5]), torch.zeros(3)),
+     ValueError, "argument 'x' must be strictly increasing"),
+    (lambda: discrete_functional(arc, torch.tensor([0.0, 1.0]), torch.zeros(3)),
+     ValueError, "argument 'y' must have the shape of 'x'"),
+    (lambda: discrete_functional(arc, torch.tensor([0.0]), torch.zeros(1)),
+     ValueError, "argument 'x' must be 1-d with at least 2 points"),
+    (lambda: cycloid(torch.tensor([4.0]), math.pi, -2.0), ValueError,
+     r"cycloid: argument 'x' must lie in \[0, b\]"),
+    (lambda: cycloid_time(math.pi, 1.0), ValueError, "argument 'fb' must be < 0"),
+    (lambda: cycloid_time(-1.0, -1.0), ValueError, "argument 'b' must be > 0"),
+    (lambda: cycloid_time(1.0, -1.0, g=0.0), ValueError, "argument 'g' must be > 0"),
+])
+def test_other_bad_input(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
