@@ -1,0 +1,137 @@
+"""Checks for the coding exercises of the chapter "Functional derivatives and the Euler–Lagrange
+equation" (book/05_euler_lagrange.ipynb).
+
+* ``variational-residual``: the Euler–Lagrange residual of F = f′² + f², i.e. 2f − 2f″, with f″
+  by autograd and without the library's :func:`~softmaxbook.variational.el_residual`.
+* ``variational-maxent``: the maximum-entropy distribution over states with energies E_i and a
+  given mean energy, a softmax of −βE with β solved for, stable for large energies.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+import torch
+
+from . import call, describe, exercise, expect_close, expect_true
+from .. import variational
+
+
+# ------------------------------------------------------------------------------------------------
+@contextmanager
+def _watch_calls(target):
+    """Record whether the function ``target`` is entered while the block runs (a profile hook
+    sees the call however the learner imported the function)."""
+    code = target.__code__
+    seen = []
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            seen.append(True)
+
+    old = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(old)
+
+
+_CANDIDATES = [
+    # (description, f, exact residual 2f - 2f'')
+    ("f = sinh(x), a solution", torch.sinh, lambda x: torch.zeros_like(x)),
+    ("f = sin(x)", torch.sin, lambda x: 4 * torch.sin(x)),
+    ("f = x**3", lambda x: x ** 3, lambda x: 2 * x ** 3 - 12 * x),
+    ("f = exp(2x)", lambda x: torch.exp(2 * x), lambda x: -6 * torch.exp(2 * x)),
+    ("f = cosh(x) + x**2", lambda x: torch.cosh(x) + x ** 2, lambda x: 2 * x ** 2 - 4),
+]
+
+
+@exercise("variational-residual", "Euler–Lagrange residual of f′² + f²")
+def _check_residual(residual):
+    """``residual(f, x)`` -> tensor of the shape of x: 2 f(x) − 2 f″(x)."""
+    x = torch.linspace(-1.5, 1.5, 7, dtype=torch.float64)
+    for name, f, exact in _CANDIDATES:
+        desc = f"{name}, x = torch.linspace(-1.5, 1.5, 7, dtype=torch.float64)"
+        arg = x.clone()
+        with _watch_calls(variational.el_residual) as seen:
+            got = call(residual, f, arg, input_desc=desc)
+        expect_true(not seen,
+                    f"for input {desc} your function calls softmaxbook.variational.el_residual, "
+                    "which this exercise asks you to write yourself.",
+                    hint="compute f′ with torch.autograd.grad(..., create_graph=True), then f″ "
+                         "from f′ the same way.")
+        expect_true(isinstance(got, torch.Tensor),
+                    f"for input {desc} the result should be a tensor, got "
+                    f"{type(got).__name__}: {describe(got)}.")
+        expect_true(torch.equal(arg, x), f"for input {desc} your function changed x.",
+                    hint="work on x.detach().clone().requires_grad_(True), not on x itself.")
+        hint = ("for F = f′² + f²: ∂F/∂f = 2f and ∂F/∂f′ = 2f′, so the residual is "
+                "∂F/∂f − d/dx ∂F/∂f′ — mind which term is subtracted, the factors 2 and "
+                "which derivative of f appears. f″ must come from autograd: the check "
+                "compares to 1e-9, which a finite difference does not reach.")
+        expect_close(got.detach(), exact(x), input_desc=desc, rtol=1e-9, atol=1e-9,
+                     what="residual", hint=hint)
+    return len(_CANDIDATES)
+
+
+# ------------------------------------------------------------------------------------------------
+def _maxent_reference(energies: torch.Tensor, mean_energy: float) -> torch.Tensor:
+    """p ∝ exp(−β E) with Σ p E = mean_energy; β by bisection (the mean falls as β grows)."""
+    def mean(beta):
+        return float((torch.softmax(-beta * energies, 0) * energies).sum())
+
+    lo, hi = -1.0, 1.0
+    while mean(lo) < mean_energy:
+        lo *= 2
+    while mean(hi) > mean_energy:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mean(mid) > mean_energy:
+            lo = mid
+        else:
+            hi = mid
+    return torch.softmax(-(lo + hi) / 2 * energies, 0)
+
+
+_MAXENT_CASES = [
+    ("energies [0, 1, 2, 3], mean 1.5 (the plain average)", [0.0, 1.0, 2.0, 3.0], 1.5),
+    ("energies [0, 1, 2, 3], mean 0.8 (below the average)", [0.0, 1.0, 2.0, 3.0], 0.8),
+    ("energies [0, 1, 2, 3], mean 2.6 (above the average)", [0.0, 1.0, 2.0, 3.0], 2.6),
+    ("energies [2, -1, 0.5, 4, 0], mean -0.5", [2.0, -1.0, 0.5, 4.0, 0.0], -0.5),
+    ("energies [10000, 10001, 10003], mean 10001 (large energies)",
+     [10000.0, 10001.0, 10003.0], 10001.0),
+]
+
+
+@exercise("variational-maxent", "maximum-entropy distribution with a given mean energy")
+def _check_maxent(maxent):
+    """``maxent(energies, mean_energy)`` -> probabilities of the shape of energies."""
+    for desc, e, m in _MAXENT_CASES:
+        energies = torch.tensor(e, dtype=torch.float64)
+        p = call(maxent, energies.clone(), m, input_desc=desc)
+        expect_true(isinstance(p, torch.Tensor) and p.shape == energies.shape,
+                    f"for input {desc} the result should be a tensor of shape "
+                    f"{tuple(energies.shape)}, got {describe(p)}.")
+        p = p.detach().to(torch.float64)
+        expect_true(bool(torch.isfinite(p).all()),
+                    f"for input {desc} the result contains NaN or inf: {describe(p)}.",
+                    hint="exp(−β E) under- or overflows for large energies; torch.softmax "
+                         "subtracts the maximum first.")
+        expect_true(abs(float(p.sum()) - 1) < 1e-9 and bool((p >= 0).all()),
+                    f"for input {desc} the result is not a probability vector (sum "
+                    f"{float(p.sum()):.6g}): {describe(p)}.")
+        got_mean = float((p * energies).sum())
+        expect_true(abs(got_mean - m) < 1e-7 * max(1.0, abs(m)),
+                    f"for input {desc} the mean energy Σ p_i E_i of your distribution is "
+                    f"{got_mean:.10g}, not {m}.",
+                    hint="the constraint fixes β: the mean energy under softmax(−β E) falls "
+                         "as β grows; solve for β (bisection works), and mind the sign.")
+        expect_close(p, _maxent_reference(energies, m), input_desc=desc, rtol=1e-6,
+                     atol=1e-9, what="distribution",
+                     hint="among distributions with this mean, the one with the largest "
+                          "entropy has the form softmax(−β E).")
+    return len(_MAXENT_CASES)
+

@@ -1,0 +1,135 @@
+"""The checks of the Euler-Lagrange chapter's coding exercises accept right answers and reject
+plausible wrong ones with a message that names the input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from softmaxbook.exercises import ExerciseCheckFailed, check, registered
+from softmaxbook.variational import el_residual
+
+
+def test_registered():
+    assert registered("variational") == ["variational-maxent", "variational-residual"]
+
+
+# --- variational-residual --------------------------------------------------------------------
+def derivatives(f, x):
+    x = x.detach().clone().requires_grad_(True)
+    y = f(x)
+    (d1,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    if not d1.requires_grad:
+        return y.detach(), d1.detach(), torch.zeros_like(x)
+    (d2,) = torch.autograd.grad(d1.sum(), x, allow_unused=True)
+    return y.detach(), d1.detach(), (torch.zeros_like(x) if d2 is None else d2)
+
+
+def right_residual(f, x):
+    y, _, d2 = derivatives(f, x)
+    return 2 * y - 2 * d2
+
+
+def test_residual_accepts_right_answer(capsys):
+    assert check("variational-residual", right_residual)
+    assert "correct on 5 test cases" in capsys.readouterr().out
+
+
+def finite_difference(f, x, h=1e-4):
+    return 2 * f(x) - 2 * (f(x + h) - 2 * f(x) + f(x - h)) / h ** 2
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the sign of the d/dx term flipped
+    (lambda f, x: -right_residual(f, x), "for input f = sin"),
+    # the factors 2 forgotten (a multiple of the residual: still 0 at sinh, caught at sin)
+    (lambda f, x: right_residual(f, x) / 2, r"for input f = sin\(x\)"),
+    # f' instead of f''
+    (lambda f, x: 2 * derivatives(f, x)[0] - 2 * derivatives(f, x)[1],
+     r"for input f = sinh\(x\)"),
+    # f'' by a finite difference: close, but not to 1e-9
+    (finite_difference, r"(?s)for input f = .*Hint: .*finite difference"),
+    # the library's el_residual: forbidden
+    (lambda f, x: el_residual(lambda t, y, p: p ** 2 + y ** 2, f, x),
+     "calls softmaxbook.variational.el_residual"),
+    (lambda f, x: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_residual_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("variational-residual", answer)
+
+
+def test_residual_forbidden_call_detected_via_module_attribute():
+    import softmaxbook.variational as v
+
+    def sneaky(f, x):
+        return v.el_residual(lambda t, y, p: p ** 2 + y ** 2, f, x)
+
+    with pytest.raises(ExerciseCheckFailed, match="el_residual"):
+        check("variational-residual", sneaky)
+
+
+def test_residual_rejects_mutating_x():
+    def mutating(f, x):
+        r = right_residual(f, x)
+        x.mul_(2)
+        return r
+
+    with pytest.raises(ExerciseCheckFailed, match="changed x"):
+        check("variational-residual", mutating)
+
+
+# --- variational-maxent ----------------------------------------------------------------------
+def solve_beta(energies, mean_energy):
+    lo, hi = -50.0, 50.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if float((torch.softmax(-mid * energies, 0) * energies).sum()) > mean_energy:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def right_maxent(energies, mean_energy):
+    return torch.softmax(-solve_beta(energies, mean_energy) * energies, 0)
+
+
+def test_maxent_accepts_right_answer(capsys):
+    assert check("variational-maxent", right_maxent)
+    assert "correct on 5 test cases" in capsys.readouterr().out
+
+
+def naive_exp(energies, mean_energy):
+    w = torch.exp(-solve_beta(energies, mean_energy) * energies)
+    return w / w.sum()
+
+
+def two_point(energies, mean_energy):
+    # the right mean, but not the maximum-entropy distribution: mass on the extreme states
+    lo, hi = int(energies.argmin()), int(energies.argmax())
+    a = (energies[hi] - mean_energy) / (energies[hi] - energies[lo])
+    p = torch.zeros_like(energies)
+    p[lo], p[hi] = a, 1 - a
+    return p
+
+
+@pytest.mark.parametrize("answer, message", [
+    (naive_exp, r"for input energies \[10000, 10001, 10003\].*NaN"),
+    # beta fixed at 1: a softmax, but the constraint is ignored
+    (lambda e, m: torch.softmax(-e, 0), r"for input energies \[0, 1, 2, 3\], mean 1.5.*mean "
+                                        r"energy"),
+    # softmax(+beta E): the sign of beta flipped
+    (lambda e, m: torch.softmax(solve_beta(e, m) * e, 0), "for input energies .*mean energy"),
+    (lambda e, m: torch.full_like(e, 1 / e.numel()), r"mean 0.8 \(below the average\).*mean "
+                                                     r"energy"),
+    (two_point, r"(?s)for input energies \[0, 1, 2, 3\], mean 1.5.*expected "
+                r"distribution"),
+    (lambda e, m: right_maxent(e, m)[None], "should be a tensor of shape"),
+    (lambda e, m: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_maxent_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("variational-maxent", answer)
