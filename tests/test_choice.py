@@ -21,6 +21,7 @@ from softmaxbook.choice import (
     simulate_bandit,
     simulate_biased,
     simulate_wsls,
+    stay_probabilities,
     wsls_log_likelihood,
 )
 
@@ -360,6 +361,70 @@ def test_biased_sampler_rate():
     c, _ = simulate_biased(torch.full((200,), 0.7, dtype=D), PROBS, 100, generator=g)
     # n = 20000, sd ≈ 0.0032; 5 sd
     assert abs(c.to(D).mean().item() - 0.7) < 5 * math.sqrt(0.21 / 20000)
+
+
+# ---------------------------------------------------------------- model-free signatures
+
+
+def test_stay_probabilities_by_hand():
+    # trials 1…5 after: win (stay), loss (switch), win (stay), loss (stay), win (switch)
+    c = torch.tensor([[0, 0, 1, 1, 1, 0]])
+    r = torch.tensor([[1.0, 0.0, 1.0, 0.0, 1.0, 0.0]], dtype=D)
+    win, loss = stay_probabilities(c, r)
+    assert win.item() == pytest.approx(2 / 3, abs=1e-15)
+    assert loss.item() == pytest.approx(1 / 2, abs=1e-15)
+    assert win.dtype == loss.dtype == D
+    # the last trial's reward is never used (nothing follows it)
+    r2 = r.clone()
+    r2[0, -1] = 1.0
+    assert torch.equal(torch.stack(stay_probabilities(c, r2)), torch.stack((win, loss)))
+    # real-valued rewards: a win is r > 0
+    win_f, loss_f = stay_probabilities(c, r * 2.5 - 0.5)  # 2.0 or −0.5
+    assert torch.equal(torch.stack((win_f, loss_f)), torch.stack((win, loss)))
+
+
+def test_stay_probabilities_undefined_is_nan_and_batches_independent():
+    c = torch.tensor([[0, 0, 0], [1, 0, 1]])
+    r = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 1.0]], dtype=torch.float32)
+    win, loss = stay_probabilities(c, r)
+    assert win.dtype == torch.float32
+    assert win[0].item() == 1.0 and math.isnan(loss[0].item())  # never lost
+    assert math.isnan(win[1].item()) and loss[1].item() == 0.0  # never won before trial 2
+
+
+def test_stay_probabilities_of_wsls_and_biased_samplers():
+    # WSLS: p(stay | win) = 1 − ε/2 = 0.9, p(stay | loss) = ε/2 = 0.1. With 400 × 200 trials
+    # each proportion has sd ≤ 0.0015 (n ≥ 15000 per condition); 6 sd.
+    g = torch.Generator().manual_seed(16)
+    c, r = simulate_wsls(torch.full((400,), 0.2, dtype=D), PROBS, 200, generator=g)
+    win, loss = stay_probabilities(c, r)
+    stay = c[:, 1:] == c[:, :-1]
+    won = r[:, :-1] > 0
+    pooled_win = stay[won].to(D).mean().item()
+    pooled_loss = stay[~won].to(D).mean().item()
+    assert abs(pooled_win - 0.9) < 0.009 and abs(pooled_loss - 0.1) < 0.009
+    # the per-participant values average to the same within their spread
+    assert abs(win.mean().item() - 0.9) < 0.01 and abs(loss.mean().item() - 0.1) < 0.01
+    # biased random, b = 0.7, on the reversal task (each option the better one half the time):
+    # both b² + (1 − b)² = 0.58 (sd ≤ 0.004 each); a WSLS sampler fails the same test, so it
+    # can fail
+    rev = reversal_reward_probs(400, 200, 50)
+    c2, r2 = simulate_biased(torch.full((400,), 0.7, dtype=D), rev, 200, generator=g)
+    win2, loss2 = stay_probabilities(c2, r2)
+    for value in (win2.mean().item(), loss2.mean().item()):
+        assert abs(value - 0.58) < 0.024
+    assert abs(win.mean().item() - 0.58) > 0.024
+
+
+def test_stay_probabilities_errors():
+    with pytest.raises(ValueError, match="stay_probabilities: argument 'choices' needs at least 2"):
+        stay_probabilities(torch.tensor([[1]]), torch.tensor([[1.0]], dtype=D))
+    with pytest.raises(ValueError, match="stay_probabilities: argument 'choices' must contain only"):
+        stay_probabilities(torch.tensor([[0, 2]]), torch.tensor([[1.0, 0.0]], dtype=D))
+    with pytest.raises(ValueError, match="'choices' and 'rewards' must have the same shape"):
+        stay_probabilities(torch.tensor([[0, 1]]), torch.tensor([[1.0, 0.0, 1.0]], dtype=D))
+    with pytest.raises(TypeError, match="stay_probabilities: argument 'rewards' must have a floating"):
+        stay_probabilities(torch.tensor([[0, 1]]), torch.tensor([[1, 0]]))
 
 
 # ---------------------------------------------------------------- bad input

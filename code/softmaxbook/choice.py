@@ -65,6 +65,7 @@ __all__ = [
     "fit_wsls",
     "simulate_biased",
     "fit_biased",
+    "stay_probabilities",
 ]
 
 
@@ -225,7 +226,8 @@ def reversal_reward_probs(n_participants, n_trials, block, p_good=0.8, *,
 
     References
     ----------
-    Wilson & Collins (2019), rule 2 (design the experiment so that parameters are identifiable).
+    Wilson & Collins (2019), rule 1 ("design a good experiment": one in which the parameters
+    can be identified).
     """
     func = "reversal_reward_probs"
     S = check_int(n_participants, "n_participants", func, minimum=1)
@@ -269,7 +271,8 @@ def simulate_bandit(alpha, beta, reward_probs, n_trials, generator=None, *, init
 
     References
     ----------
-    Wilson & Collins (2019), Box 1 (simulate before fitting); Ahn et al. (2017), bandit2arm_delta.
+    Wilson & Collins (2019), rule 3 ("simulate, simulate, simulate!") and its Box 2; Ahn et
+    al. (2017), bandit2arm_delta.
     """
     func = "simulate_bandit"
     alpha, beta = _check_params(alpha, beta, func)
@@ -367,7 +370,7 @@ def rw_log_likelihood(alpha, beta, choices, rewards, *, initial_value=0.0):
 
     References
     ----------
-    Daw (2011), section 2; Wilson & Collins (2019), Box 3.
+    Daw (2011), section 2; Wilson & Collins (2019), rule 4 ("fit the parameters").
     """
     func = "rw_log_likelihood"
     alpha, beta = _check_params(alpha, beta, func)
@@ -589,7 +592,8 @@ def fit_rw(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_ma
 
     References
     ----------
-    Wilson & Collins (2019), rule 5 ("fit with restarts"); Daw (2011); Nocedal & Wright (2006),
+    Wilson & Collins (2019), rule 4 ("fit the parameters": restarts against local maxima, their
+    Box 3); Daw (2011); Nocedal & Wright (2006),
     ch. 4 (trust regions); Dauphin et al. (2014) (saddle-free Newton).
     """
     func = "fit_rw"
@@ -777,7 +781,8 @@ def _newton(choices, rewards, theta0_ab, K, initial_value, max_iter, gtol, beta_
         if n_iter % 3 == 0:
             # stalled: three iterations gained less than 1e-9 (1 + |ℓ|) in total. This ends the
             # slow crawl along a curved ridge towards a supremum at β → ∞, where the remaining
-            # gain is below that (W&C 2019 rule 5: such fits are flagged by their huge β).
+            # gain is below that (such fits are flagged by their huge β; Wilson & Collins 2019,
+            # rule 4, on parameters that run to the bounds).
             done |= (ll[active] - ll_mark[active]) <= 1e-9 * scale
             ll_mark[active] = ll[active]
         converged[active[done]] = True
@@ -971,3 +976,60 @@ def fit_wsls(choices, rewards):
         eps = torch.clamp(2 * m / n, max=1.0)
     ll = wsls_log_likelihood(eps, choices, rewards)
     return eps.to(rewards.dtype), ll.to(rewards.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# model-free behavioural signatures (Wilson & Collins 2019, rule 3 and Box 2)
+# --------------------------------------------------------------------------------------------
+
+
+def stay_probabilities(choices, rewards):
+    """How often each participant repeats a choice after a win and after a loss.
+
+    Model-free signatures of behaviour, computed from the data before any model is fitted: trial
+    ``t ≥ 1`` is a *stay* when ``c_t = c_{t−1}``, and it follows a *win* when ``r_{t−1} > 0``
+    (a loss otherwise, the same split as :func:`simulate_wsls`). Then::
+
+        p(stay | win)  = #{t ≥ 1: stay, r_{t−1} > 0}  / #{t ≥ 1: r_{t−1} > 0},
+        p(stay | loss) = #{t ≥ 1: stay, r_{t−1} ≤ 0} / #{t ≥ 1: r_{t−1} ≤ 0}.
+
+    Noisy win-stay/lose-shift has ``p(stay | win) = 1 − ε/2`` and ``p(stay | loss) = ε/2``
+    whatever the task. A biased random chooser ignores outcomes; when each option pays as often
+    as the other on average (the reversal task of :func:`reversal_reward_probs`, or equal reward
+    probabilities) it has ``p(stay | win) = p(stay | loss) = b² + (1 − b)²`` in expectation (with
+    unequal probabilities a win makes the better-paying, more often chosen option the likelier
+    previous choice, and the two differ). A Rescorla–Wagner learner with β > 0 lies in
+    between, typically with ``p(stay | win) > p(stay | loss)``.
+
+    Parameters
+    ----------
+    choices : Tensor [S, T]
+        Options chosen (0 or 1), ``T ≥ 2``.
+    rewards : Tensor [S, T]
+        Rewards received (floating point).
+
+    Returns
+    -------
+    p_stay_win, p_stay_loss : Tensor [S] each, the rewards' dtype
+        NaN for a participant who never won (or never lost) on trials ``0 … T−2``: the
+        proportion is undefined there, not 0.
+
+    References
+    ----------
+    Wilson & Collins (2019), rule 3 and Box 2 (win-stay/lose-shift behaviour of the five
+    models, before any fitting).
+    """
+    func = "stay_probabilities"
+    choices, rewards = _check_data(choices, rewards, func)
+    if choices.shape[1] < 2:
+        raise ValueError(
+            f"{func}: argument 'choices' needs at least 2 trials (a stay compares two), got "
+            f"shape {tuple(choices.shape)}"
+        )
+    stay = (choices[:, 1:] == choices[:, :-1]).to(torch.float64)
+    win = (rewards[:, :-1] > 0).to(torch.float64)
+    n_win, n_loss = win.sum(1), (1 - win).sum(1)
+    # 0/0 = NaN on purpose: no wins means p(stay | win) is not defined
+    p_win = (stay * win).sum(1) / n_win
+    p_loss = (stay * (1 - win)).sum(1) / n_loss
+    return p_win.to(rewards.dtype), p_loss.to(rewards.dtype)
