@@ -49,6 +49,45 @@ def values_swapped(alpha, choices, rewards):  # options in the wrong columns
     return right_values(alpha, choices, rewards).flip(-1)
 
 
+def values_float32(alpha, choices, rewards):  # right recursion, torch.zeros(2) default dtype
+    V = torch.zeros(2)
+    out = []
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        out.append(V.clone())
+        V[c] += alpha * (r - V[c])
+    return torch.stack(out)
+
+
+def values_sign_error(alpha, choices, rewards):  # moves away from the reward
+    V = torch.zeros(2, dtype=D)
+    out = []
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        out.append(V.clone())
+        V[c] += alpha * (V[c] - r)
+    return torch.stack(out)
+
+
+def values_alpha_swapped(alpha, choices, rewards):  # keeps α of the old value
+    V = torch.zeros(2, dtype=D)
+    out = []
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        out.append(V.clone())
+        V[c] = alpha * V[c] + (1 - alpha) * r
+    return torch.stack(out)
+
+
+def values_from_package(alpha, choices, rewards):  # the forbidden shortcut
+    from softmaxbook.choice import rw_values
+    return rw_values(torch.tensor([alpha], dtype=D), choices[None], rewards[None])[0]
+
+
+def values_via_log_likelihood(alpha, choices, rewards):
+    import softmaxbook.choice as sc
+    a = torch.tensor([alpha], dtype=D)
+    sc.rw_log_likelihood(a, torch.ones(1, dtype=D), choices[None], rewards[None])
+    return right_values(alpha, choices, rewards)
+
+
 def test_values_accepts_right_answer(capsys):
     assert check("choice-values", right_values)
     printed = " ".join(capsys.readouterr().out.split())  # check() wraps its line
@@ -59,6 +98,11 @@ def test_values_accepts_right_answer(capsys):
     (values_after, r"alpha=0.3, beta=3.0, 40 trials your values already contain"),
     (values_update_both, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected values"),
     (values_swapped, r"for input alpha=0.3"),
+    (values_float32, r"alpha=0.3, beta=3.0, 40 trials your values have dtype torch.float32"),
+    (values_sign_error, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected values"),
+    (values_alpha_swapped, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected values"),
+    (values_from_package, r"calls softmaxbook.choice.rw_values.*forbids.*plain loop"),
+    (values_via_log_likelihood, r"calls softmaxbook.choice.rw_values"),
     (lambda a, c, r: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
@@ -67,17 +111,49 @@ def test_values_rejects_wrong_answers(answer, message):
         check("choice-values", answer)
 
 
+def test_values_rejects_package_imported_before_the_check():
+    # the chapter's first cell imports rw_values into the notebook's namespace; an answer that
+    # uses that name is caught too
+    from softmaxbook.choice import rw_values as imported_early
+
+    def answer(alpha, choices, rewards):
+        return imported_early(torch.tensor([alpha], dtype=D), choices[None], rewards[None])[0]
+
+    with pytest.raises(ExerciseCheckFailed, match="calls softmaxbook.choice.rw_values"):
+        check("choice-values", answer)
+    # and the package works again afterwards
+    c, r = torch.tensor([[1, 0]]), torch.tensor([[1.0, 0.0]], dtype=D)
+    assert imported_early(torch.tensor([0.5], dtype=D), c, r).shape == (1, 2, 2)
+
+
+def test_hints_do_not_give_the_update_line():
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check("choice-values", values_sign_error)
+    assert "alpha * (r - V[c])" not in str(err.value)
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check("choice-grad-alpha", grad_reset_unchosen)
+    assert "r − V_c + (1 − α) D_c" not in str(err.value)
+
+
 # --- choice-grad-alpha -----------------------------------------------------------------------
-def _grad(alpha, beta, choices, rewards, *, reset_unchosen=False, no_beta=False):
+def _grad(alpha, beta, choices, rewards, *, reset_unchosen=False, no_beta=False, sign=1.0,
+          acausal=False, value_first=False):
     V, Dv, g = [0.0, 0.0], [0.0, 0.0], 0.0
     for c, r in zip(choices.tolist(), rewards.tolist()):
         p = 1 / (1 + math.exp(-beta * (V[1] - V[0])))
-        g += (1.0 if no_beta else beta) * (c - p) * (Dv[1] - Dv[0])
+        if not acausal:
+            g += sign * (1.0 if no_beta else beta) * (c - p) * (Dv[1] - Dv[0])
+        if value_first:
+            V[c] += alpha * (r - V[c])
         new_d = r - V[c] + (1 - alpha) * Dv[c]
         if reset_unchosen:
             Dv = [0.0, 0.0]
         Dv[c] = new_d
-        V[c] += alpha * (r - V[c])
+        if not value_first:
+            V[c] += alpha * (r - V[c])
+        if acausal:  # the term with the values and sensitivities after the outcome
+            p = 1 / (1 + math.exp(-beta * (V[1] - V[0])))
+            g += beta * (c - p) * (Dv[1] - Dv[0])
     return g
 
 
@@ -93,8 +169,38 @@ def grad_without_beta(alpha, beta, choices, rewards):
     return _grad(alpha, beta, choices, rewards, no_beta=True)
 
 
+def grad_sign_error(alpha, beta, choices, rewards):  # p − y instead of y − p
+    return _grad(alpha, beta, choices, rewards, sign=-1.0)
+
+
+def grad_acausal(alpha, beta, choices, rewards):  # V_t already contains r_t (the notes' timing)
+    return _grad(alpha, beta, choices, rewards, acausal=True)
+
+
+def grad_value_updated_first(alpha, beta, choices, rewards):  # D update uses the new value
+    return _grad(alpha, beta, choices, rewards, value_first=True)
+
+
 def grad_tensor(alpha, beta, choices, rewards):  # a 0-d tensor is fine
     return torch.tensor(_grad(alpha, beta, choices, rewards), dtype=D)
+
+
+def grad_autograd(alpha, beta, choices, rewards):  # right number, forbidden route
+    a = torch.tensor(alpha, dtype=D, requires_grad=True)
+    V = [torch.zeros((), dtype=D), torch.zeros((), dtype=D)]
+    ll = torch.zeros((), dtype=D)
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = torch.sigmoid(beta * (V[1] - V[0]))
+        ll = ll + (p.log() if c else (1 - p).log())
+        V[c] = V[c] + a * (r - V[c])
+    ll.backward()
+    return float(a.grad)
+
+
+def grad_package(alpha, beta, choices, rewards):
+    from softmaxbook.choice import rw_gradient
+    return float(rw_gradient(torch.tensor([alpha], dtype=D), torch.tensor([beta], dtype=D),
+                             choices[None], rewards[None])[0][0])
 
 
 def test_grad_accepts_right_answers(capsys):
@@ -107,6 +213,11 @@ def test_grad_accepts_right_answers(capsys):
 @pytest.mark.parametrize("answer, message", [
     (grad_reset_unchosen, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected ∂ℓ/∂α"),
     (grad_without_beta, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected ∂ℓ/∂α"),
+    (grad_sign_error, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected ∂ℓ/∂α"),
+    (grad_acausal, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected ∂ℓ/∂α"),
+    (grad_value_updated_first, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected ∂ℓ/∂α"),
+    (grad_autograd, r"calls Tensor.backward \(autograd\), which this exercise forbids"),
+    (grad_package, r"calls softmaxbook.choice.rw_gradient"),
     (lambda a, b, c, r: torch.zeros(2), "should be one number"),
     (lambda a, b, c, r: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
