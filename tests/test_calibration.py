@@ -530,3 +530,27 @@ def test_benchmark_quick_runs():
     path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_calibration.py"
     rows = runpy.run_path(str(path), run_name="bench_calibration")["main"](["--quick"])
     assert len(rows) >= 4 and all(r["ratio"] > 0 for r in rows)
+
+
+def test_fit_temperature_takes_few_newton_steps(monkeypatch):
+    # Newton in 1/T converges quadratically: a handful of passes over the data, also when the
+    # optimum lies above beta = 1 and the last step's slope rounds to -1e-16 (it once made the
+    # fit double beta and bisect back, 40 passes instead of 6)
+    import softmaxbook.calibration as cal
+
+    calls = []
+    real = cal._nll_derivatives
+
+    def counting(*args):
+        calls.append(args[2])
+        return real(*args)
+
+    monkeypatch.setattr(cal, "_nll_derivatives", counting)
+    for seed in range(6):
+        for target, k in ((0.7, 1000), (0.7, 10), (2.5, 100), (0.2, 50)):
+            z, y = synthetic(300, k, 3.0, seed=200 + seed)
+            zz = z * (target / fit_temperature(z, y).item())
+            calls.clear()
+            t = fit_temperature(zz, y).item()
+            assert t == pytest.approx(target, rel=1e-8)
+            assert len(calls) <= 12, (seed, target, k, calls)

@@ -455,10 +455,16 @@ def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, *, rtol: float =
         else:
             hi = beta
         step = beta - g / h if h > 0 else math.nan
-        if lo < step < hi:
+        if math.isinf(hi):
+            # no upper end seen yet: Newton, but at most 4x further (where p is nearly
+            # one-hot, h is tiny and the step would overshoot by orders of magnitude)
+            # (g < 0 here, so a Newton step never goes down; NaN when h = 0)
+            new = 4.0 * beta if math.isnan(step) else min(step, 4.0 * beta)
+        elif lo < step < hi:
             new = step
-        elif math.isinf(hi):  # no upper end yet: double
-            new = 2.0 * beta
+        elif lo > 0 and hi > 4.0 * lo:
+            # bisect in log beta: a wide bracket shrinks by orders of magnitude per step
+            new = math.sqrt(lo * hi)
         else:
             new = 0.5 * (lo + hi)
         if abs(new - beta) <= rtol * new or (hi - lo <= rtol * hi < math.inf):
