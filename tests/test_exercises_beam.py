@@ -3,16 +3,37 @@ with a message that names the input."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
 
+from softmaxbook.beam import sbs_estimate, sbs_inclusion_log_probs
 from softmaxbook.exercises import ExerciseCheckFailed, check, registered
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "book" / "08_beam.ipynb"
 
 
 def test_registered():
     assert registered("beam") == ["beam-estimator", "beam-prefix-logprob"]
+
+
+def test_every_check_has_the_label_of_its_exercise():
+    # The chapter's coding exercises: each check("<label>", ...) cell names the label of the
+    # {exercise-start} block it belongs to (the last one above it), and every check is registered.
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    current, pairs = None, []
+    for cell in cells:
+        text = "".join(cell["source"])
+        for label in re.findall(r"```\{exercise-start\}\s*\n:label: (\S+)", text):
+            current = label
+        for label in re.findall(r'check\("([^"]+)"', text):
+            pairs.append((current, label))
+    assert pairs and all(ex == ch for ex, ch in pairs), pairs
+    assert sorted(ch for _, ch in pairs) == registered("beam")
 
 
 # --- beam-prefix-logprob ---------------------------------------------------------------------
@@ -44,6 +65,20 @@ def logsumexp_of_children(step_fn, prefixes):
     return torch.logsumexp(step_fn(prefixes), dim=-1)
 
 
+def off_by_one(step_fn, prefixes):
+    # asks the model about the prefix *including* token t
+    n, T = prefixes.shape
+    out = torch.zeros(n, dtype=torch.float64)
+    for t in range(T):
+        out = out + step_fn(prefixes[:, :t + 1]).gather(1, prefixes[:, t:t + 1]).squeeze(1)
+    return out
+
+
+def uses_the_models_own_log_prob(step_fn, prefixes):
+    # a shortcut through the check's model object instead of the step-function protocol
+    return step_fn.log_prob(prefixes)
+
+
 def nan_for_impossible(step_fn, prefixes):
     out = right_prefix_log_prob(step_fn, prefixes)
     return out.nan_to_num(neginf=float("nan"))
@@ -60,6 +95,8 @@ def test_prefix_accepts_right_answer(capsys):
     (last_token_only, "expected log-probabilities"),
     (logsumexp_of_children, "expected log-probabilities"),
     (nan_for_impossible, "impossible token"),
+    (off_by_one, "expected log-probabilities"),
+    (uses_the_models_own_log_prob, "AttributeError"),
     (lambda step_fn, p: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
@@ -94,6 +131,19 @@ def without_q(values, log_probs, kappa):
     return (log_probs.exp() * values).sum(-1)
 
 
+def first_order_log_q(values, log_probs, kappa):
+    # log q ~ phi - kappa: right only when q is tiny
+    return (torch.exp(kappa.unsqueeze(-1)) * values).sum(-1)
+
+
+def library_estimate(values, log_probs, kappa):
+    return sbs_estimate(values, log_probs, kappa)
+
+
+def library_inclusion(values, log_probs, kappa):
+    return (torch.exp(log_probs - sbs_inclusion_log_probs(log_probs, kappa)) * values).sum(-1)
+
+
 def test_estimator_accepts_right_answer(capsys):
     assert check("beam-estimator", right_estimator)
     printed = " ".join(capsys.readouterr().out.split())  # check() wraps its line
@@ -105,9 +155,32 @@ def test_estimator_accepts_right_answer(capsys):
     (mean_estimator, "k = 2, kappa = 0.3"),
     (normalised_estimator, "NOT divided"),
     (without_q, "expected estimate"),
+    (first_order_log_q, "k = 2, kappa = 0.3"),
+    (library_estimate, "which this exercise forbids"),
+    (library_inclusion, "which this exercise forbids"),
     (lambda v, lp, k: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
 def test_estimator_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("beam-estimator", answer)
+
+
+def test_the_library_is_usable_again_after_a_forbidden_call():
+    with pytest.raises(ExerciseCheckFailed):
+        check("beam-estimator", library_estimate)
+    lp = torch.log(torch.tensor([0.5, 0.2], dtype=torch.float64))
+    assert torch.isfinite(sbs_estimate(torch.ones(2, dtype=torch.float64), lp,
+                                       torch.tensor(0.3, dtype=torch.float64)))
+
+
+@pytest.mark.parametrize("label, answer, solution_text", [
+    ("beam-prefix-logprob", last_token_only, "gather(1, prefixes[:, t:t+1])"),
+    ("beam-estimator", naive_estimator, "log(-expm1(-exp(phi - kappa)))"),
+    ("beam-estimator", mean_estimator, "log(-expm1("),
+])
+def test_hints_do_not_hand_out_the_answer(label, answer, solution_text):
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check(label, answer)
+    assert "Hint:" in str(err.value)
+    assert solution_text not in str(err.value)

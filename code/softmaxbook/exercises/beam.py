@@ -5,18 +5,22 @@
   of the leaves' log-probabilities).
 * ``beam-estimator``: ``sbs_estimator(values, log_probs, kappa)``, the unbiased estimator
   ``Σ p f / q`` with ``q = 1 − exp(−exp(φ − κ))``, stable where ``q`` is tiny and exact when
-  ``κ = −inf``.
+  ``κ = −inf``, without calling the library's ``sbs_estimate`` / ``sbs_inclusion_log_probs``.
+
+The labels are those of the exercises in the chapter (``{exercise-start}`` ``:label:``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 
+import softmaxbook.beam as _beam
 from softmaxbook.beam import sbs_estimate
 
-from . import call, describe, exercise, expect_close, expect_true
+from . import _ForbiddenCall, call, describe, exercise, expect_close, expect_true
 
 
 class _Bigram:
@@ -59,11 +63,19 @@ def _prefix_cases():
     ]
 
 
+def _plain_step_fn(model):
+    """The model as a bare function: the learner gets the step-function protocol and nothing
+    else (not the table, not ``model.log_prob``)."""
+    def step_fn(prefixes):
+        return model(prefixes)
+    return step_fn
+
+
 @exercise("beam-prefix-logprob", "log-probability of a prefix")
 def _check_prefix_log_prob(prefix_log_prob):
     cases = _prefix_cases()
     for model, prefixes, desc in cases:
-        got = call(prefix_log_prob, model, prefixes.clone(), input_desc=desc)
+        got = call(prefix_log_prob, _plain_step_fn(model), prefixes.clone(), input_desc=desc)
         expected = model.log_prob(prefixes)
         if isinstance(got, torch.Tensor) and got.shape == expected.shape and prefixes.shape[1]:
             expect_true(not torch.allclose(got.double(), model.conditionals(prefixes).exp().sum(0)),
@@ -71,10 +83,10 @@ def _check_prefix_log_prob(prefix_log_prob):
                         "their logarithms, log p(y_t | y_<t).")
         expect_close(got, expected, input_desc=desc, rtol=1e-6, atol=1e-9,
                      what="log-probabilities [n]",
-                     hint="call step_fn on the prefixes cut at every length t = 0, 1, …, T-1 and "
-                          "add the log-probability it gives to the next token, "
-                          "step_fn(prefixes[:, :t]).gather(1, prefixes[:, t:t+1]); the empty "
-                          "prefix has φ = 0.")
+                     hint="φ_S adds log p(y_t | y_<t) over the positions t of the prefix. The "
+                          "model gives the law of token t when it is called on the prefix cut "
+                          "just before t: which entry of its [n, V] output is y_t's? Check the "
+                          "empty prefix and a prefix of length 1 first.")
     return len(cases)
 
 
@@ -96,20 +108,38 @@ def _estimator_cases():
     ]
 
 
+@contextlib.contextmanager
+def _library_estimator_forbidden():
+    """Make the library's estimator (``sbs_estimate``, ``sbs_inclusion_log_probs``) raise, even
+    when the learner imported it by name: both look up ``_inclusion_log_probs`` when called."""
+    saved = _beam._inclusion_log_probs
+
+    def refuse(*args, **kwargs):
+        raise _ForbiddenCall("softmaxbook.beam's sbs_estimate / sbs_inclusion_log_probs")
+
+    _beam._inclusion_log_probs = refuse
+    try:
+        yield
+    finally:
+        _beam._inclusion_log_probs = saved
+
+
 @exercise("beam-estimator", "the stochastic beam search estimator")
 def _check_estimator(sbs_estimator):
     cases = _estimator_cases()
     for values, log_probs, kappa, desc in cases:
-        got = call(sbs_estimator, values.clone(), log_probs.clone(), kappa.clone(),
-                   input_desc=f"{desc}: values = {describe(values)}, log_probs = "
-                              f"{describe(log_probs)}, kappa = {describe(kappa)}")
         expected = sbs_estimate(values, log_probs, kappa)
+        with _library_estimator_forbidden():
+            got = call(sbs_estimator, values.clone(), log_probs.clone(), kappa.clone(),
+                       input_desc=f"{desc}: values = {describe(values)}, log_probs = "
+                                  f"{describe(log_probs)}, kappa = {describe(kappa)}",
+                       forbid_reason="Compute the inclusion probabilities yourself.")
         if isinstance(got, torch.Tensor) and not torch.isfinite(got).all():
             expect_true(False, f"for input {desc} your estimate is {describe(got)}, not finite: "
                                "q = 1 - exp(-exp(phi - kappa)) rounds to 0 there.",
-                        hint="compute log q = log(-expm1(-exp(phi - kappa))) (expm1 keeps the "
-                             "digits of 1 - e^{-x} for small x) and the weights as "
-                             "exp(phi - log q).")
+                        hint="work with log q instead of q. Which torch function computes "
+                             "1 - e^{-x} without losing its digits when x is tiny? And when x "
+                             "itself underflows, what is log q to first order in phi - kappa?")
         expect_close(got, expected, input_desc=desc, rtol=1e-4 if values.dtype == torch.float32
                      else 1e-9, atol=1e-12, what="estimate",
                      hint="the estimate is sum_i exp(phi_i) * f_i / q_i with "
