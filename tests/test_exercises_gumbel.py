@@ -155,10 +155,55 @@ def test_max_sampler_rejects_unclamped_uniforms():
         check("gumbel-ex-max-sampler", unclamped)
 
 
+def test_max_sampler_rejects_unclamped_tensor_uniform():
+    def unclamped_uniform_(logits, generator):  # Tensor.uniform_ also samples [0, 1)
+        u = torch.empty(logits.shape, dtype=logits.dtype).uniform_(generator=generator)
+        return (logits - torch.log(-torch.log(u))).argmax(-1)
+
+    with pytest.raises(ExerciseCheckFailed, match="Tensor.uniform_.*impossible class 0"):
+        check("gumbel-ex-max-sampler", unclamped_uniform_)
+
+
+def argmax_dim1_sampler(logits, generator):  # right for 2-D logits only
+    u = torch.rand(logits.shape, dtype=logits.dtype, generator=generator)
+    u = u.clamp(torch.finfo(u.dtype).tiny, 1 - torch.finfo(u.dtype).eps / 2)
+    return (logits - torch.log(-torch.log(u))).argmax(dim=1)
+
+
+def two_d_noise_sampler(logits, generator):  # assumes logits of shape (rows, n)
+    u = torch.rand(logits.size(0), logits.size(1), dtype=logits.dtype, generator=generator)
+    u = u.clamp(torch.finfo(u.dtype).tiny, 1 - torch.finfo(u.dtype).eps / 2)
+    return (logits - torch.log(-torch.log(u))).argmax(-1)
+
+
+def flattening_sampler(logits, generator):  # loses the leading dimensions
+    flat = logits.reshape(-1, logits.shape[-1])
+    return right_sampler(flat, generator)
+
+
+def nan_noise_sampler(logits, generator):  # -log(log U): the log of a negative number
+    u = torch.rand(logits.shape, dtype=logits.dtype, generator=generator)
+    return (logits - torch.log(torch.log(u))).argmax(-1)
+
+
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        (argmax_dim1_sampler, "(?s)IndexError.*broadcast to shape \\(4,\\)"),
+        (two_d_noise_sampler, "(?s)IndexError.*broadcast to shape \\(4,\\)"),
+        (flattening_sampler, "broadcast to shape \\(4,\\) the result should have shape"),
+        (nan_noise_sampler, "(?s)deterministic.*NaN"),
+    ],
+)
+def test_max_sampler_rejects_wrong_batch_shapes_and_nan_noise(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("gumbel-ex-max-sampler", answer)
+
+
 def test_max_sampler_check_restores_torch_rand():
-    real = torch.rand
+    real, real_uniform = torch.rand, torch.Tensor.uniform_
     check("gumbel-ex-max-sampler", right_sampler)
-    assert torch.rand is real
+    assert torch.rand is real and torch.Tensor.uniform_ is real_uniform
 
 
 def test_max_sampler_check_restores_the_package_after_a_forbidden_call():
@@ -187,6 +232,15 @@ def test_truncated_inverse_accepts_right_answer():
 def test_truncated_inverse_rejects_naive_overflow():
     with pytest.raises(ExerciseCheckFailed, match="overflows here"):
         check("gumbel-ex-truncated-inverse", naive_inverse)
+
+
+def test_truncated_inverse_rejects_exp_of_minus_g():
+    def direct(u, loc, upper):  # -log(e^-T + e^-G) written out: e^-G overflows for G << 0
+        g = loc - torch.log(-torch.log(u))
+        return -torch.log(torch.exp(-upper) + torch.exp(-g))
+
+    with pytest.raises(ExerciseCheckFailed, match="(?s)loc far below upper.*overflows"):
+        check("gumbel-ex-truncated-inverse", direct)
 
 
 def test_truncated_inverse_rejects_untruncated_gumbel():
@@ -258,3 +312,35 @@ def test_plackett_luce_hints_do_not_give_the_answer():
 def test_plackett_luce_rejects_with_replacement():
     with pytest.raises(ExerciseCheckFailed, match="order = \\[3, 0\\]"):
         check("gumbel-ex-plackett-luce", with_replacement_log_prob)
+
+
+def test_plackett_luce_rejects_changing_the_callers_logits():
+    def in_place(logits, order):  # masks drawn items in the caller's tensor
+        lp = 0.0
+        for i in order:
+            lp = lp + logits[i] - torch.logsumexp(logits, 0)
+            logits[i] = -math.inf
+        return lp
+
+    with pytest.raises(ExerciseCheckFailed, match="changed the logits it was given"):
+        check("gumbel-ex-plackett-luce", in_place)
+
+
+def test_plackett_luce_rejects_float32():
+    def in_float32(logits, order):
+        return right_log_prob(logits.float(), order)
+
+    with pytest.raises(ExerciseCheckFailed, match="is torch.float32"):
+        check("gumbel-ex-plackett-luce", in_float32)
+
+
+def test_plackett_luce_rejects_log_of_a_product_of_probabilities():
+    def log_of_product(logits, order):  # the probability e^-800 underflows to 0 first
+        x, p = logits.clone(), 1.0
+        for i in order:
+            p = p * torch.softmax(x, 0)[i]
+            x[i] = -math.inf
+        return torch.log(p)
+
+    with pytest.raises(ExerciseCheckFailed, match="(?s)order = \\[1, 2\\].*underflows"):
+        check("gumbel-ex-plackett-luce", log_of_product)

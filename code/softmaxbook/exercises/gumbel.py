@@ -82,6 +82,19 @@ def _check_max_sampler(sampler):
                      "keeping that dimension.")
     expect_true(bool(((idx >= 0) & (idx < 4)).all()),
                 f"for input {desc} some indices are outside [0, 4).")
+    # logits of shape (..., n): any number of leading dimensions, also none (a sampler that
+    # takes the argmax over dim=1, or draws torch.rand(logits.size(0), logits.size(1)), only
+    # works for 2-D logits)
+    for shape in ((4,), (3, 5, 4)):
+        desc_s = f"logits = {logits.tolist()} broadcast to shape {shape}"
+        out = _call_sampler(sampler, logits.expand(shape).clone(),
+                            torch.Generator().manual_seed(5), desc_s)
+        got_shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        expect_true(isinstance(out, torch.Tensor) and tuple(out.shape) == shape[:-1],
+                    f"for input {desc_s} the result should have shape {shape[:-1]}: one class "
+                    f"per row, whatever the number of leading dimensions; got {got_shape}.",
+                    hint="logits have shape (..., n): the classes are always the last "
+                         "dimension, and there may be no leading dimension or several.")
     counts = torch.bincount(idx, minlength=4).numpy()
     p = torch.softmax(logits, 0).numpy()
     if counts[0] == n:
@@ -89,7 +102,9 @@ def _check_max_sampler(sampler):
                     "sampler is deterministic.",
                     hint="each class needs its own Gumbel: draw noise of the same shape as logits, "
                          "not one number per row (a shared G shifts every score equally and "
-                         "never changes the argmax).")
+                         "never changes the argmax). Check also that the noise is never NaN "
+                         "(the log of a negative number): argmax returns the first NaN's "
+                         "index, here 0.")
     pval = stats.chisquare(counts, n * p).pvalue
     # The inputs and the generator's seed are fixed, so the check is deterministic: a right
     # sampler gives the same counts every time. Over all seeds, a right sampler would fall below
@@ -128,19 +143,24 @@ def _check_max_sampler(sampler):
     # unclamped sampler turns it into G = -inf; if that hits the only possible class of a row,
     # every score is -inf and argmax returns index 0 -- here the impossible class. Such a rare
     # event cannot be sampled in a check, so we make torch.rand return zeros while the learner's
-    # function runs (a sampler that does not use torch.rand is not affected and passes).
+    # function runs, and Tensor.uniform_ too, which also samples [0, 1) (a sampler that draws
+    # no uniforms, e.g. -log of an exponential draw, is not affected and passes).
     real_rand = torch.rand
 
     def zero_rand(*args, **kwargs):
         return torch.zeros_like(real_rand(*args, **kwargs))
 
+    def zero_uniform_(self, *args, **kwargs):
+        return self.zero_()
+
     desc = "logits = [-inf, 0] while torch.rand returns 0"
     lg = torch.tensor([-math.inf, 0.0], dtype=torch.float64).expand(8, 2).clone()
-    with mock.patch.object(torch, "rand", zero_rand):
+    with mock.patch.object(torch, "rand", zero_rand), \
+            mock.patch.object(torch.Tensor, "uniform_", zero_uniform_):
         idx = _call_sampler(sampler, lg, torch.Generator().manual_seed(3), desc)
     expect_true(bool((torch.as_tensor(idx) == 1).all()),
-                "when torch.rand returns 0 (it samples [0, 1), so it can), your sampler returned "
-                "the impossible class 0 for logits = [-inf, 0].",
+                "when torch.rand returns 0 (it samples [0, 1), so it can; Tensor.uniform_ "
+                "too), your sampler returned the impossible class 0 for logits = [-inf, 0].",
                 hint="at U = 0, -log(-log U) is -inf: every score becomes -inf and argmax picks "
                      "index 0. Keep U inside the open interval (torch.finfo has the smallest "
                      "positive float and the spacing below 1).")
@@ -170,7 +190,7 @@ def _check_truncated_inverse(inverse):
                     "truncated CDF: take the log twice.",
         "loc far below upper": "the truncation hardly matters here, so the result is close to "
                                "the plain Gumbel that the same u gives; look for a step that "
-                               "loses its digits.",
+                               "overflows (e^x with x in the hundreds) or loses its digits.",
         "loc far above upper": "exp(loc - upper) overflows here. Rewrite the inverse in terms of "
                                "the plain Gumbel G that the same u gives (the chapter shows a "
                                "second form), and evaluate log(e^a + e^b) with a torch function "
@@ -213,10 +233,23 @@ def _check_plackett_luce(log_prob):
         (torch.tensor([1.0, 0.0, -0.5, 0.7], **f64), [2, 1, 3, 0]),
         (torch.tensor([0.0, -math.inf, 2.0], **f64), [2, 0]),
         (torch.tensor([40.0, 0.0, -40.0], **f64), [0, 1]),
+        # probability e^-800: it underflows in float64, its log does not
+        (torch.tensor([0.0, -400.0, -400.0], **f64), [1, 2]),
     ]
     for logits, order in cases:
         desc = f"logits = {logits.tolist()}, order = {order}"
-        got = call(log_prob, logits.clone(), list(order), input_desc=desc)
+        given = logits.clone()
+        got = call(log_prob, given, list(order), input_desc=desc)
+        expect_true(torch.equal(given, logits),
+                    f"for input {desc} your function changed the logits it was given: they came "
+                    f"back as {given.tolist()}. A caller's tensor must be left as it was (a "
+                    f"second call on the same logits would see the drawn items removed).",
+                    hint="remove drawn items from a copy of the logits, not from the logits "
+                         "themselves.")
+        if isinstance(got, torch.Tensor) and got.dtype == torch.float32:
+            expect_true(False, f"for input {desc} (float64) your result is torch.float32: it "
+                        f"lost precision on the way.",
+                        hint="compute in the dtype of the logits; do not convert to float32.")
         expected = plackett_luce_log_prob(logits, torch.tensor(order))
         hint = ("take the log of the Plackett-Luce product one draw at a time: each factor "
                 "normalises over the items not drawn yet, not over all of them.")
@@ -224,6 +257,10 @@ def _check_plackett_luce(log_prob):
             hint = ("the first item holds almost all the mass, so subtracting the drawn mass from "
                     "the total cancels (e^40 + 1 - e^40 is 0 in float64). Compute each step's "
                     "normaliser from the remaining items themselves.")
+        if logits[1] == -400.0:
+            hint = ("this order has probability about e^-800, below the smallest positive "
+                    "float64 (about e^-745): a product of probabilities underflows to 0 before "
+                    "its log is taken. Add log-probabilities instead.")
         expect_close(torch.as_tensor(got, **f64), expected, input_desc=desc, rtol=1e-9,
                      atol=1e-9, hint=hint)
     # probabilities of all ordered pairs of 4 items sum to one
