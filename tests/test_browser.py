@@ -12,6 +12,7 @@ a built site skips them with a loud message.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import os
@@ -54,16 +55,25 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+@contextlib.contextmanager
+def serve_directory(site: Path):
+    """Serve ``site`` on a free port of 127.0.0.1; yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+
+
 @pytest.fixture(scope="module")
 def server():
     if not (SITE / "index.html").exists():
         skip_or_fail_browser(f"no built site at {SITE}; run `python3 tools/book.py build` first")
-    handler = functools.partial(_QuietHandler, directory=str(SITE))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+    with serve_directory(SITE) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +94,13 @@ def browser():
 class PageVisit:
     """Open one page and record everything a reader's browser did."""
 
-    def __init__(self, browser, url: str):
+    def __init__(self, browser, url: str, width: int = 1280, height: int = 900):
         self.requests: list[str] = []
         self.failed: list[str] = []
         self.bad_status: list[str] = []
         self.console_errors: list[str] = []
         self.page_errors: list[str] = []
-        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.context = browser.new_context(viewport={"width": width, "height": height})
         page = self.context.new_page()
         page.on("request", lambda r: self.requests.append(r.url))
         page.on("requestfailed", lambda r: self.failed.append(f"{r.url} ({r.failure})"))

@@ -1,16 +1,32 @@
-"""Remove every solution from the site when ``book_hide_solutions`` is true (the instructors' build).
+"""The solution-free site (``book_hide_solutions: true``) gives out no solution, by any route.
 
-sphinx-exercise has its own ``hide_solutions`` option, but with the gated form
-(``solution-start`` ... ``solution-end``, which the book uses so that solution code cells sit in the
-dropdown) it drops only the start marker: the code cells stay on the page and the orphaned end
-marker fails the strict build ("unknown node type: solution_end_node"). This transform runs after
-sphinx-exercise has merged each gated block into one solution node (its priority 10), and removes
-the whole node, code cells included.
+Three ways a solution could leave that site, and what this extension does about each:
+
+1. **On the page.** sphinx-exercise has its own ``hide_solutions`` option, but with the gated form
+   (``solution-start`` ... ``solution-end``, which the book uses so that solution code cells sit in
+   the dropdown) it drops only the start marker: the code cells stay on the page and the orphaned
+   end marker fails the strict build ("unknown node type: solution_end_node"). The transform
+   below runs after sphinx-exercise has merged each gated block into one solution node (its
+   priority 10), and removes the whole node, code cells included.
+2. **The download button.** Sphinx copies every page's source to ``_sources/`` and the theme's
+   download button links to it: for a chapter that is the full notebook. When the build finishes,
+   each notebook there is replaced by the student notebook
+   (:func:`softmaxbook.exercises.student.make_student_notebook`: solutions removed, solution code
+   cells stubbed, outputs empty), so the button hands out what ``book.py student`` writes.
+3. **Launch buttons and repository links.** Binder and Colab open the notebook from the
+   repository, which holds the solutions; so do the repository and issue buttons lead there. In
+   this build they are switched off (there is no student copy of the notebooks in the repository
+   to point them at); a student downloads the notebook and opens it where they like.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sphinx.transforms import SphinxTransform
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
 
 
 class RemoveSolutions(SphinxTransform):
@@ -25,7 +41,48 @@ class RemoveSolutions(SphinxTransform):
             node.parent.remove(node)
 
 
+def _no_launch_buttons(app, config) -> None:
+    """Switch off launch, repository and issue buttons (they lead to the full notebooks)."""
+    if not config.book_hide_solutions:
+        return
+    options = dict(config.html_theme_options or {})
+    options["launch_buttons"] = {}
+    for key in ("use_repository_button", "use_issues_button", "use_edit_page_button",
+                "use_source_button"):
+        options[key] = False
+    config.html_theme_options = options
+
+
+def studentise_sources(sources: Path) -> list[Path]:
+    """Replace every notebook under ``sources`` (a site's ``_sources``) by its student version.
+
+    Returns the notebooks replaced. A notebook the student export cannot read is an error: the
+    site must not go out with a full notebook in it.
+    """
+    import nbformat
+
+    from softmaxbook.exercises.student import make_student_notebook
+
+    done = []
+    for path in sorted(Path(sources).rglob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        nbformat.write(make_student_notebook(nb), path)
+        done.append(path)
+    return done
+
+
+def _studentise(app, exception) -> None:
+    if exception is not None or not app.config.book_hide_solutions:
+        return
+    if app.builder.format != "html":
+        return
+    done = studentise_sources(Path(app.outdir) / "_sources")
+    logger.info("solution_free: %d downloadable notebooks replaced by student notebooks", len(done))
+
+
 def setup(app):
     app.add_config_value("book_hide_solutions", False, "env")
     app.add_transform(RemoveSolutions)
-    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1.0"}
+    app.connect("config-inited", _no_launch_buttons, priority=900)
+    app.connect("build-finished", _studentise)
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1.1"}
