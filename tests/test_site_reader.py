@@ -1,0 +1,102 @@
+"""The built site as a reader uses it on a phone (390 px) and a desktop (1280 px).
+
+Each test here stands for something that was broken while tests/test_browser.py passed (issue 16):
+the menu buttons did nothing, pages scrolled sideways on a phone, references showed raw LaTeX,
+equations were cut off, images had their file path for alt text, solutions printed collapsed.
+Like test_browser.py it reads the site in $BOOK_SITE (default `_build/html`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import ROOT
+from test_browser import PageVisit, browser, server, toc_pages  # noqa: F401 (fixtures)
+
+PAGES = toc_pages()
+CHAPTERS = [p for p in PAGES if (ROOT / (p + ".ipynb")).exists()]
+PHONE = (390, 844)
+DESKTOP = (1280, 900)
+
+
+@pytest.fixture(scope="module")
+def visit(server, browser):  # noqa: F811
+    """visit(page, width, height): one page opened at one window size (kept for the module)."""
+    done: dict[tuple, PageVisit] = {}
+
+    def open_page(page: str, width: int, height: int) -> PageVisit:
+        key = (page, width, height)
+        if key not in done:
+            done[key] = PageVisit(browser, f"{server}/{page}.html", width, height)
+        return done[key]
+
+    yield open_page
+    for v in done.values():
+        v.close()
+
+
+def visible_count(page, selector: str) -> int:
+    """How many elements matching ``selector`` a reader can see (laid out, not hidden)."""
+    return page.evaluate("""sel => Array.from(document.querySelectorAll(sel)).filter(e => {
+        const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+        return e.getClientRects().length > 0 && s.visibility !== 'hidden' && r.width > 0
+               && r.right > 0 && r.left < window.innerWidth && parseFloat(s.opacity) > 0;
+    }).length""", selector)
+
+
+CHAPTER_LINKS = "nav.bd-docs-nav a.reference"
+PAGE_CONTENTS_LINKS = "#pst-secondary-sidebar-modal a, .bd-sidebar-secondary nav a"
+
+
+def _visible_button(page, selector: str):
+    buttons = [b for b in page.locator(selector).all() if b.is_visible()]
+    assert buttons, f"no visible {selector} button"
+    return buttons[0]
+
+
+@pytest.mark.parametrize("page", CHAPTERS[:1] + PAGES[:1])
+def test_menu_button_opens_the_chapter_list_on_a_phone(browser, server, page):  # noqa: F811
+    v = PageVisit(browser, f"{server}/{page}.html", *PHONE)
+    try:
+        n_chapters = len(CHAPTERS)
+        assert visible_count(v.page, CHAPTER_LINKS) == 0, "the chapter list shows before a click"
+        _visible_button(v.page, ".primary-toggle").click()
+        v.page.wait_for_timeout(300)
+        shown = visible_count(v.page, CHAPTER_LINKS)
+        assert shown >= n_chapters, (f"{page}: after a click on the menu button {shown} chapter "
+                                     f"links are visible, expected at least {n_chapters}")
+        v.page.keyboard.press("Escape")
+        v.page.wait_for_timeout(300)
+        assert visible_count(v.page, CHAPTER_LINKS) == 0, "Escape does not close the chapter list"
+    finally:
+        v.close()
+
+
+@pytest.mark.parametrize("page", CHAPTERS[:1])
+def test_contents_button_opens_the_page_contents_on_a_phone(browser, server, page):  # noqa: F811
+    v = PageVisit(browser, f"{server}/{page}.html", *PHONE)
+    try:
+        assert visible_count(v.page, PAGE_CONTENTS_LINKS) == 0
+        _visible_button(v.page, ".secondary-toggle").click()
+        v.page.wait_for_timeout(300)
+        shown = visible_count(v.page, PAGE_CONTENTS_LINKS)
+        assert shown >= 3, f"{page}: after a click on the contents button {shown} links show"
+    finally:
+        v.close()
+
+
+@pytest.mark.parametrize("page", CHAPTERS[:1])
+def test_menu_button_hides_and_shows_the_sidebar_on_a_desktop(browser, server, page):  # noqa: F811
+    v = PageVisit(browser, f"{server}/{page}.html", *DESKTOP)
+    try:
+        before = visible_count(v.page, CHAPTER_LINKS)
+        assert before >= len(CHAPTERS), f"{page}: the sidebar shows {before} chapter links"
+        button = _visible_button(v.page, ".primary-toggle")
+        button.click()
+        v.page.wait_for_timeout(600)
+        assert visible_count(v.page, CHAPTER_LINKS) == 0, "the menu button does not hide it"
+        button.click()
+        v.page.wait_for_timeout(600)
+        assert visible_count(v.page, CHAPTER_LINKS) == before, "the menu button does not bring it back"
+    finally:
+        v.close()
