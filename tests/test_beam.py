@@ -769,3 +769,71 @@ def test_benchmark_quick_runs(capsys):
         torch.set_num_threads(threads)
     assert len(rows) == 5 and all(r[1][0] > 0 and r[2][0] > 0 for r in rows)
     assert "stochastic_beam_search / beam_search" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 17: NaN gradients of the estimator, padding rows
+# ---------------------------------------------------------------------------------------------
+def _peaked_float32(prefixes):
+    return torch.log_softmax(torch.tensor([50.0, 0.0, 0.0]), -1).expand(prefixes.shape[0], 3)
+
+
+@pytest.mark.parametrize("normalized", [False, True])
+def test_sbs_estimate_gradient_finite_when_phi_minus_kappa_leaves_exp_range(normalized):
+    # An ordinary float32 search (issue 17): logits [50, 0, 0], k = 7, max_len = 3. The top
+    # sequence has phi = 0 and kappa is about -100, so exp(phi - kappa) overflows float32; the
+    # estimate was finite and its gradient NaN.
+    res = stochastic_beam_search(_peaked_float32, 7, 3, generator=gen(0))
+    assert (res.log_probs[0] - res.kappa).item() > 89  # exp() of it overflows float32
+    lp = res.log_probs.clone().requires_grad_()
+    values = torch.arange(7, dtype=torch.float32).requires_grad_()
+    est = sbs_estimate(values, lp, res.kappa, normalized=normalized)
+    assert torch.isfinite(est)
+    est.backward()
+    assert torch.isfinite(lp.grad).all() and torch.isfinite(values.grad).all()
+    # the same in float64, where nothing overflows: the gradients agree
+    lp64 = res.log_probs.double().requires_grad_()
+    v64 = values.detach().double().requires_grad_()
+    sbs_estimate(v64, lp64, res.kappa.double(), normalized=normalized).backward()
+    torch.testing.assert_close(lp.grad.double(), lp64.grad, rtol=1e-4, atol=1e-30)
+    torch.testing.assert_close(values.grad.double(), v64.grad, rtol=1e-4, atol=1e-30)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sbs_inclusion_log_probs_gradient_finite_at_extremes(dtype):
+    # phi - kappa from far below exp's range (q underflows, log q = phi - kappa) to far above it
+    # (q = 1, log q = 0): the value is finite everywhere, and so must the gradient be.
+    a = torch.tensor([-1e4, -800.0, -100.0, -30.0, -1.0, 0.0, 1.0, 5.0, 100.0, 800.0, 1e4],
+                     dtype=dtype)
+    lp = a.clone().requires_grad_()
+    logq = sbs_inclusion_log_probs(lp, torch.tensor(0.0, dtype=dtype))
+    assert torch.isfinite(logq).all()
+    logq.sum().backward()
+    assert torch.isfinite(lp.grad).all()
+    # d log q / d a = x e^{-x} / (1 - e^{-x}) with x = e^a, in float64 via mpmath-free formulas
+    exact = []
+    for v in a.tolist():
+        x = math.exp(v) if v < 700 else math.inf
+        exact.append(1.0 if x == 0 else (0.0 if x > 1e3 else x * math.exp(-x) / -math.expm1(-x)))
+    torch.testing.assert_close(lp.grad.double(), torch.tensor(exact, dtype=torch.float64),
+                               rtol=1e-5, atol=1e-30)
+
+
+def test_padding_rows_hold_pad_and_length_zero_when_k_exceeds_the_sequences():
+    # V = 2, eos = 0, max_len = 3: the sequences are "0", "10", "110", "111" (4 of them). With
+    # k = 9 the beam keeps -inf candidates whose prefixes came from an arbitrary parent; those
+    # rows held tokens like [1, -1, -1] with length 1 (the old test, k = 5 and max_len = 2,
+    # happened not to reach this).
+    m = Bigram([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    for res in (beam_search(m, 9, 3, eos=0),
+                stochastic_beam_search(m, 9, 3, eos=0, generator=gen()),
+                beam_search(m, 9, 3, eos=0, batch_size=2),
+                stochastic_beam_search(m, 7, 3, eos=0, batch_size=3, generator=gen(1))):
+        lp = res.log_probs.reshape(-1, res.log_probs.shape[-1])
+        toks = res.tokens.reshape(-1, *res.tokens.shape[-2:])
+        lens = res.lengths.reshape(-1, res.lengths.shape[-1])
+        for b in range(lp.shape[0]):
+            assert torch.isfinite(lp[b, :4]).all() and torch.isneginf(lp[b, 4:]).all()
+            assert lens[b, 4:].tolist() == [0] * (lp.shape[1] - 4)
+            assert (toks[b, 4:] == PAD).all()
+            assert sorted(lens[b, :4].tolist()) == [1, 2, 3, 3]

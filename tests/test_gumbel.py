@@ -699,3 +699,69 @@ def test_benchmark_script_runs_quick():
     path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gumbel.py"
     rows = runpy.run_path(str(path), run_name="bench_gumbel")["main"](["--quick", "--repeats", "1"])
     assert len(rows) == 6 and all(r[3] > 0 for r in rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 17: gradients that were NaN where the value is finite
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype, x", [(torch.float64, -1e-20), (torch.float64, -1e-300),
+                                      (torch.float32, -1e-8), (torch.float32, -1e-10)])
+def test_log1mexp_gradient_finite_near_zero(dtype, x):
+    # The exact derivative of log(1 - e^x) is -1/expm1(-x); the torch.where branch not taken
+    # (log1p(-e^x) = log1p(-1) = -inf) used to turn it into 0 * inf = NaN.
+    xt = torch.tensor([x], dtype=dtype, requires_grad=True)
+    log1mexp(xt).sum().backward()
+    exact = -1.0 / math.expm1(-x)
+    assert torch.isfinite(xt.grad).all()
+    assert math.isclose(xt.grad.item(), exact, rel_tol=1e-5)
+
+
+def test_log1mexp_gradient_at_the_ends():
+    x = torch.tensor([-math.inf, -800.0, -math.log(2), -1.0], dtype=torch.float64,
+                     requires_grad=True)
+    log1mexp(x).sum().backward()
+    exact = [0.0, -math.exp(-800.0), -1.0 / math.expm1(math.log(2)), -1.0 / math.expm1(1.0)]
+    np.testing.assert_allclose(x.grad.numpy(), exact, rtol=1e-14)
+
+
+def test_gumbel_with_max_gradient_finite_when_two_values_are_one_ulp_apart(monkeypatch):
+    # Perturbed values [1e-3, the next float32 below 1e-3, -1, -2] (issue 17): the forward value
+    # is finite, and loc.grad was all NaN (log1mexp's gradient at G - Z = -1 ulp). The noise is
+    # replaced by zeros so that the perturbed values are exactly these.
+    monkeypatch.setattr(gm, "_standard_gumbel",
+                        lambda shape, dtype, device, generator: torch.zeros(shape, dtype=dtype))
+    target = torch.tensor([1e-3, 0.0, -1.0, -2.0])
+    target[1] = torch.nextafter(target[0], torch.tensor(0.0))
+    w = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    grads = {}
+    for dtype in (torch.float32, torch.float64):
+        loc = target.to(dtype, copy=True).requires_grad_()
+        t = torch.tensor(0.5, dtype=dtype, requires_grad=True)
+        out = gumbel_with_max(loc, t)
+        assert torch.isfinite(out).all() and out[0] == t
+        (out * w.to(dtype)).sum().backward()
+        assert torch.isfinite(loc.grad).all() and torch.isfinite(t.grad).all()
+        grads[dtype] = torch.cat([loc.grad, t.grad.reshape(1)]).double()
+    # float64, where 1 - e^{G - Z} does not round to 0, gives the same gradient
+    torch.testing.assert_close(grads[torch.float32], grads[torch.float64], rtol=1e-3, atol=1e-3)
+
+
+def test_plackett_luce_impossible_item_in_a_full_permutation_is_minus_inf():
+    # k = n with an impossible item drawn last: the docstring promises -inf, it returned NaN.
+    logits = torch.tensor([0.0, 1.0, -math.inf], requires_grad=True)
+    lp = plackett_luce_log_prob(logits, torch.tensor([0, 1, 2]))
+    assert lp.item() == -math.inf
+    lp2 = plackett_luce_log_prob(logits, torch.tensor([[2, 0, 1], [0, 2, 1]]))
+    assert torch.isneginf(lp2).all()
+
+
+def test_plackett_luce_gradient_finite_when_the_undrawn_items_are_impossible():
+    # Drawing both possible items of [0, 1, -inf]: the value is log p(0) + log p(1 | not 0) =
+    # -log(1 + e) + 0, finite; the never-drawn rest is an all -inf logsumexp, whose torch
+    # gradient is NaN.
+    logits = torch.tensor([0.0, 1.0, -math.inf], dtype=torch.float64, requires_grad=True)
+    lp = plackett_luce_log_prob(logits, torch.tensor([0, 1]))
+    assert math.isclose(lp.item(), -math.log1p(math.e), rel_tol=1e-15)
+    lp.backward()
+    e = math.e / (1 + math.e)
+    np.testing.assert_allclose(logits.grad.numpy(), [e, -e, 0.0], rtol=1e-14)

@@ -681,3 +681,33 @@ def test_softplus_bad_input_is_rejected(f):
         f(torch.tensor([1, 2]))
     with pytest.raises(TypeError, match=f"^{f.__name__}: argument 'x' must be a torch.Tensor"):
         f([1.0])
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 17: the gradient of the logistic loss at z = 0
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_logistic_loss_gradient_at_zero(dtype):
+    # d/dz [softplus(z) - y z] = sigmoid(z) - y: -1/2 for y = 1 and +1/2 for y = 0 at z = 0.
+    # Autograd through clamp(min=0) (1 at the boundary) and abs (0 at 0) gave 1 and 0.
+    z = torch.zeros(3, dtype=dtype, requires_grad=True)
+    y = torch.tensor([0.0, 1.0, 0.25], dtype=dtype)
+    logistic_loss(z, y, reduction="sum").backward()
+    torch.testing.assert_close(z.grad, torch.tensor([0.5, -0.5, 0.25], dtype=dtype))
+    z2 = torch.tensor([0.0, 1e-30, -1e-30], dtype=dtype, requires_grad=True)
+    logistic_loss(z2, torch.ones(3, dtype=dtype), reduction="sum").backward()
+    torch.testing.assert_close(z2.grad, torch.full((3,), -0.5, dtype=dtype))
+
+
+def test_cross_entropy_gradient_in_a_zero_target_entry_is_minus_log_p():
+    # d/dy_k of -sum_j y_j log p_j is -log p_k, also where y_k = 0 (label smoothing and
+    # distillation differentiate in the target). It was 0 there (the term went through
+    # torch.where); where p_k = 0 as well the value stays finite and the gradient NaN-free.
+    x = torch.tensor([0.5, -1.0, -INF], dtype=torch.float64)
+    y = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64, requires_grad=True)
+    loss = cross_entropy(x, y)
+    assert torch.isfinite(loss)
+    loss.backward()
+    ls = torch.log_softmax(x, -1)
+    torch.testing.assert_close(y.grad[:2], -ls[:2])
+    assert torch.isfinite(y.grad).all()

@@ -438,6 +438,10 @@ def _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator,
             ],
             dim=2,
         )
+        # A row without a candidate of positive probability (the model has fewer sequences
+        # than the beam is wide) took an arbitrary parent's prefix: it is PAD throughout, so
+        # that it comes out as the promised padding row of length 0.
+        tokens = tokens.masked_fill(impossible.unsqueeze(2), PAD)
         finished = is_leaf | impossible
         if eos is not None:
             finished = finished | (tok == eos)
@@ -812,18 +816,39 @@ def sbs_inclusion_log_probs(log_probs: torch.Tensor, kappa: torch.Tensor) -> tor
     return _inclusion_log_probs(log_probs, kappa)
 
 
+def _working(x: torch.Tensor) -> torch.Tensor:
+    # float16 / bfloat16 are computed in float32 and the result cast back: the backward pass
+    # divides by q, and in float16 an upstream 400 over q = 0.0025 already overflows to inf.
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 def _inclusion_log_probs(log_probs, kappa):
+    dtype = log_probs.dtype
+    return _inclusion_log_probs_work(_working(log_probs), _working(kappa)).to(dtype)
+
+
+def _inclusion_log_probs_work(log_probs, kappa):
     a = log_probs - kappa.unsqueeze(-1)  # φ − κ; +inf when κ = −inf
     valid = log_probs > -math.inf
-    a = torch.where(valid, a, torch.zeros_like(a))  # keep −inf − (−inf) = NaN out of the graph
-    x = torch.exp(a)  # P(G ≤ κ) = exp(−x)
-    # log(1 − e^{−x}) ("log1mexp", Mächler 2012): −expm1(−x) is accurate for small x, log1p(−e^{−x})
-    # for large x. For a < −20, x underflows in float32 and log q = a − x/2 + O(x²) to 1e-18.
-    big = torch.log1p(-torch.exp(-x.clamp(min=math.log(2))))
-    small = torch.log(-torch.expm1(-x.clamp(max=math.log(2))))
-    logq = torch.where(x > math.log(2), big, small)
-    logq = torch.where(a < -20, a - 0.5 * torch.exp(a), logq)
-    return torch.where(valid, logq, torch.full_like(logq, -math.inf))
+    a = torch.where(valid, a, 0.0)  # keep −inf − (−inf) = NaN out of the graph
+    # Three regimes of x = e^a, P(G ≤ κ) = exp(−x). Each branch is fed only the a it is used
+    # for (a harmless value elsewhere): torch.where gives the branch not taken a zero gradient,
+    # but 0 times an infinite local derivative is NaN (issue 17: φ − κ = 97 in float32 made
+    # exp overflow, and φ − κ = −800 made log(−expm1(−0)) = log 0).
+    # (1) a < −20: x underflows in float32; log q = a − x/2 + O(x²), to 1e-18.
+    tiny = a < -20
+    a_tiny = torch.where(tiny, a, -30.0)
+    # (2) a ≥ 10: q = 1 − e^{−22026}, which is 1 in every float dtype, so log q = 0 and its
+    # derivative x e^{−x} / (1 − e^{−x}) is 0 too; clamping there keeps exp from overflowing.
+    x = torch.exp(torch.where(tiny, 0.0, a).clamp(max=10.0))
+    # (3) otherwise log(1 − e^{−x}) ("log1mexp", Mächler 2012): −expm1(−x) is accurate for
+    # small x, log1p(−e^{−x}) for large x.
+    large = x > math.log(2)
+    big = torch.log1p(-torch.exp(-torch.where(large, x, 1.0)))
+    small = torch.log(-torch.expm1(-torch.where(large, 1.0, x)))
+    logq = torch.where(large, big, small)
+    logq = torch.where(tiny, a_tiny - 0.5 * torch.exp(a_tiny), logq)
+    return torch.where(valid, logq, -math.inf)
 
 
 def _check_estimator_inputs(values, log_probs, kappa, func):
@@ -884,13 +909,15 @@ def sbs_estimate(values: torch.Tensor, log_probs: torch.Tensor, kappa: torch.Ten
         raise TypeError(f"{func}: argument 'normalized' must be a bool, "
                         f"got {type(normalized).__name__}")
     values, log_probs, kappa = _check_estimator_inputs(values, log_probs, kappa, func)
+    dtype = torch.promote_types(values.dtype, log_probs.dtype)
+    values, log_probs, kappa = _working(values), _working(log_probs), _working(kappa)
     log_w = log_probs - _inclusion_log_probs(log_probs, kappa)  # log p/q, finite where valid
     valid = log_probs > -math.inf
     log_w = torch.where(valid, log_w, torch.full_like(log_w, -math.inf))
     f = torch.where(valid, values, torch.zeros_like(values))
     if normalized:
-        return (torch.softmax(log_w, dim=-1) * f).sum(-1)
-    return (torch.exp(log_w) * f).sum(-1)
+        return (torch.softmax(log_w, dim=-1) * f).sum(-1).to(dtype)
+    return (torch.exp(log_w) * f).sum(-1).to(dtype)
 
 
 # ---------------------------------------------------------------------------------------------

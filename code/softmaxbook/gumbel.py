@@ -38,6 +38,7 @@ from softmaxbook._validate import (
     check_no_posinf,
     check_positive_number,
 )
+from softmaxbook.softmax import logsumexp as _lse
 
 __all__ = [
     "sample_gumbel",
@@ -171,9 +172,16 @@ def sample_gumbel(shape, *, loc=0.0, generator=None, dtype=None, device=None) ->
 def _log1mexp(x: torch.Tensor) -> torch.Tensor:
     # Mächler (2012): for x close to 0, exp(x) is close to 1 and 1 - exp(x) cancels, so use
     # expm1, which is exact there; for x far below 0, exp(x) is tiny and log1p is exact. The
-    # switch at -log 2 is where both are accurate. Both branches are finite for x < 0, so the
-    # gradient of torch.where never meets inf * 0.
-    return torch.where(x > -_LN2, torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+    # switch at -log 2 is where both are accurate.
+    near = x > -_LN2
+    # The "double where": each branch is fed only the inputs it is used for (and a harmless -1
+    # elsewhere). torch.where passes a zero gradient to the branch not taken, but 0 times an
+    # infinite local derivative is NaN: log1p(-exp(x)) at x = -1e-20 is log1p(-1) = -inf, and
+    # its derivative is infinite there, which made the gradient of log1mexp(-1e-20) NaN
+    # although the exact one, -1/expm1(-x), is a finite -1e20 (issue 17).
+    x_near = torch.where(near, x, -1.0)
+    x_far = torch.where(near, -1.0, x)
+    return torch.where(near, torch.log(-torch.expm1(x_near)), torch.log1p(-torch.exp(x_far)))
 
 
 def log1mexp(x: torch.Tensor) -> torch.Tensor:
@@ -202,7 +210,9 @@ def log1mexp(x: torch.Tensor) -> torch.Tensor:
 def _softplus(v: torch.Tensor) -> torch.Tensor:
     # log(1 + e^v) written as max(v, 0) + log1p(e^{-|v|}): exact for every v, +inf -> +inf and
     # -inf -> 0. (F.softplus returns v itself above its threshold of 20, an error of up to 2e-9.)
-    return torch.relu(v) + torch.log1p(torch.exp(-v.abs()))
+    # torch.maximum splits the gradient at a tie (1/2 each), so the derivative at v = 0 is the
+    # exact sigmoid(0) = 1/2 (relu would give 0 there, abs has derivative 0 at 0).
+    return torch.maximum(v, torch.zeros_like(v)) + torch.log1p(torch.exp(-v.abs()))
 
 
 def _check_loc(x, name: str, func: str) -> torch.Tensor:
@@ -592,14 +602,21 @@ def plackett_luce_log_prob(logits: torch.Tensor, ordered: torch.Tensor) -> torch
                          "replacement are distinct")
     lg = logits.expand(*batch, n)
     chosen = lg.gather(-1, idx)  # (..., k)
+    # A drawn item that is impossible makes the whole draw impossible: -inf. Such rows are
+    # computed with 0 in its place and overwritten at the end, so that no -inf - (-inf) = NaN
+    # (the value) and no 0 * inf (the gradient) appears.
+    dead = torch.isneginf(chosen)
+    dead_row = dead.any(-1)
+    chosen = torch.where(dead, 0.0, chosen)
     # Items never drawn: logits with the k drawn ones masked out (-inf).
     drawn = torch.zeros(lg.shape, dtype=torch.bool, device=lg.device).scatter_(-1, idx, True)
-    # When k = n nothing is left and logsumexp over an all -inf row has a NaN gradient
-    # (exp(-inf - (-inf))); there we use the last drawn item as the "rest" instead, see below.
     if k < n:
-        rest = lg.masked_fill(drawn, -math.inf).logsumexp(-1, keepdim=True)  # (..., 1)
+        # softmaxbook's logsumexp: an all -inf row (every undrawn item impossible) gives -inf
+        # with a zero gradient; torch.logsumexp's gradient is NaN there (exp(-inf - (-inf))).
+        rest = _lse(lg.masked_fill(drawn, -math.inf), dim=-1, keepdim=True)  # (..., 1)
         tail = chosen
     else:
+        # When k = n nothing is left; the last drawn item is then the "rest" (see below).
         rest = chosen[..., -1:]
         tail = chosen[..., :-1]
     # tail_lse[j] = logsumexp(tail[j:]) by a reversed cumulative logsumexp.
@@ -607,4 +624,5 @@ def plackett_luce_log_prob(logits: torch.Tensor, ordered: torch.Tensor) -> torch
     denom = torch.logaddexp(tail_lse, rest)
     if k == n:
         denom = torch.cat([denom, rest], dim=-1)
-    return (chosen - denom).sum(-1)
+    out = (chosen - denom).sum(-1)
+    return torch.where(dead_row, -math.inf, out)

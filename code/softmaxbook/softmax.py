@@ -719,8 +719,11 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, dim: int = -1,
         check_no_nan(target, "target", func)
         if bool((target < 0).any()):
             raise ValueError(f"{func}: argument 'target' holds probabilities and must be >= 0")
-        # 0 * log(0) = 0 * (-inf) would be NaN; by convention the term is 0.
-        terms = torch.where(target == 0, torch.zeros_like(ls), target.to(ls.dtype) * ls)
+        # 0 * log(0) = 0 * (-inf) would be NaN; by convention the term is 0. Only that -inf is
+        # replaced (by 0), inside the product: the derivative in a target entry y_k = 0 stays
+        # -log p_k (it was 0 when the whole term went through torch.where), and no NaN appears.
+        y = target.to(ls.dtype)
+        terms = y * torch.where((y == 0) & torch.isneginf(ls), 0.0, ls)
         loss = -terms.sum(dim=dim)
     elif not (target.dtype == torch.bool or target.is_complex()):
         expected = logits.shape[:dim] + logits.shape[dim + 1:]
@@ -787,5 +790,8 @@ def logistic_loss(logits: torch.Tensor, target: torch.Tensor,
     # softplus(z) - y z with softplus(z) = max(z, 0) + log1p(exp(-|z|)): exp never sees a
     # positive argument. The two large terms are combined first, so for a confident right answer
     # (z = 40, y = 1) they cancel exactly and the loss keeps the digits of exp(-40).
-    loss = (w.clamp(min=0) - y * w) + torch.log1p(torch.exp(-w.abs()))
+    # max(z, 0) by torch.maximum, which gives each side half of the gradient at a tie: the
+    # derivative at z = 0 is then the exact sigmoid(0) - y = 1/2 - y (clamp(min=0) passes 1 at
+    # its boundary, and abs has derivative 0 at 0, which gave 1 - y).
+    loss = (torch.maximum(w, torch.zeros_like(w)) - y * w) + torch.log1p(torch.exp(-w.abs()))
     return _reduce(loss, reduction).to(z.dtype)
