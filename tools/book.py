@@ -6,6 +6,7 @@
     python3 tools/book.py test-seeds       # every chapter executed again under other seeds
     python3 tools/book.py student          # student notebooks (solutions stubbed) -> _build/student
     python3 tools/book.py build-nosolutions  # the site without solutions -> _build/nosolutions/html
+    python3 tools/book.py grade SUBMISSIONS/  # run and check submitted student notebooks -> _build/grades
     python3 tools/book.py serve            # serve _build/html on http://127.0.0.1:8000
     python3 tools/book.py lab              # open the notebooks in JupyterLab
     python3 tools/book.py build-chapter book/01_softmax.ipynb   # one chapter alone, strictly
@@ -141,6 +142,19 @@ def student(_args=None) -> None:
     say(f"student notebooks in {target}")
 
 
+def grade(args) -> None:
+    """Grade submitted student notebooks (softmaxbook.exercises.grade): gradebook and feedback."""
+    setup()
+    subs = Path(args.submissions).resolve()
+    if not subs.is_dir():
+        sys.exit(f"grade: argument 'submissions' must be a folder, got {args.submissions}")
+    out = Path(args.out).resolve() if args.out else BUILD / "grades"
+    run([PY, "-m", "softmaxbook.exercises.grade", subs, "--book", ROOT / "book", "--toc", ROOT,
+         "--out", out, "--cell-timeout", args.cell_timeout, "--check-timeout",
+         args.check_timeout, "--notebook-timeout", args.notebook_timeout])
+    say(f"gradebook: {out / 'gradebook.csv'}; feedback per student: {out / 'feedback'}")
+
+
 def test(args=None) -> None:
     """Every test. The browser tests need the built site, so the strict build runs first."""
     setup()
@@ -224,6 +238,15 @@ def main() -> None:
     p.add_argument("notebook", help="e.g. book/01_softmax.ipynb")
     p.set_defaults(func=build_chapter)
     sub.add_parser("student", help="write student notebooks to _build/student").set_defaults(func=student)
+    p = sub.add_parser("grade", help="grade submitted student notebooks -> _build/grades")
+    p.add_argument("submissions", help="a folder with one folder (or notebook) per student")
+    p.add_argument("--out", help="where to write gradebook.csv and feedback/ (default: "
+                                 "_build/grades)")
+    p.add_argument("--cell-timeout", type=float, default=120, help="seconds per cell (120)")
+    p.add_argument("--check-timeout", type=float, default=60, help="seconds per check (60)")
+    p.add_argument("--notebook-timeout", type=float, default=900,
+                   help="seconds per notebook, after which no further cell starts (900)")
+    p.set_defaults(func=grade)
     sub.add_parser("build-nosolutions", help="build the site without solutions").set_defaults(
         func=build_nosolutions)
     p = sub.add_parser("serve", help="serve the built site on 127.0.0.1")

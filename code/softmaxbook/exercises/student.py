@@ -101,8 +101,13 @@ def stub_source(source: str, label: str) -> str:
     return "\n\n".join([header] + parts) + "\n"
 
 
-def make_student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """Return a student copy of ``nb`` (the input is not changed)."""
+def make_student_notebook(nb: nbformat.NotebookNode,
+                          chapter: str | None = None) -> nbformat.NotebookNode:
+    """Return a student copy of ``nb`` (the input is not changed).
+
+    ``chapter`` (the notebook's stem, e.g. ``"05_euler_lagrange"``) is written to the metadata
+    (``softmaxbook.chapter``), so that the grader knows the chapter whatever the file is renamed to.
+    """
     nb = copy.deepcopy(nb)
     cells = []
     in_gated, label = False, None
@@ -134,6 +139,8 @@ def make_student_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         "you whether your answer is right, and if not, for which input.")
     nb.cells = [note] + cells
     nb.metadata.pop("widgets", None)
+    if chapter is not None:
+        nb.metadata["softmaxbook"] = {"chapter": chapter}
     return nb
 
 
@@ -149,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         nb = nbformat.read(path, as_version=4)
         out = args.target / path.name
-        nbformat.write(make_student_notebook(nb), out)
+        nbformat.write(make_student_notebook(nb, chapter=path.stem), out)
         print(f"wrote {out}")
     return 0
 
