@@ -6,6 +6,7 @@
     python3 tools/book.py test-seeds       # every chapter executed again under other seeds
     python3 tools/book.py student          # student notebooks (solutions stubbed) -> _build/student
     python3 tools/book.py build-nosolutions  # the site without solutions -> _build/nosolutions/html
+    python3 tools/book.py exercise-index   # book/exercise_index.md (every build writes it first)
     python3 tools/book.py grade SUBMISSIONS/  # run and check submitted student notebooks -> _build/grades
     python3 tools/book.py serve            # serve _build/html on http://127.0.0.1:8000
     python3 tools/book.py lab              # open the notebooks in JupyterLab
@@ -96,9 +97,21 @@ def _derived_config(path: Path, *, cache: Path | None = None, hide_solutions: bo
     return path
 
 
+#: The instructors' exercise index, generated from the chapter notebooks before every build
+#: (softmaxbook.exercises.index); not committed.
+EXERCISE_INDEX = ROOT / "book" / "exercise_index.md"
+
+
+def exercise_index(_args=None) -> None:
+    """Write book/exercise_index.md: every exercise of the chapters in _toc.yml."""
+    setup()
+    run([PY, "-m", "softmaxbook.exercises.index", ROOT, EXERCISE_INDEX])
+
+
 def build(_args=None) -> None:
     """Strict build: any warning, broken reference or failing cell fails it."""
     setup()
+    exercise_index()
     t0 = time.time()
     say("building the book (notebooks executed; results cached in .jupyter_cache)")
     _jupyter_book()
@@ -108,6 +121,7 @@ def build(_args=None) -> None:
 def build_nosolutions(_args=None) -> None:
     """The same site with every solution removed (book/_ext/solution_free.py)."""
     setup()
+    exercise_index()
     target = BUILD / "nosolutions"
     config = _derived_config(BUILD / "nosolutions-config.yml", hide_solutions=True)
     _jupyter_book("--config", config, "--path-output", target)
@@ -238,6 +252,8 @@ def main() -> None:
     p.add_argument("notebook", help="e.g. book/01_softmax.ipynb")
     p.set_defaults(func=build_chapter)
     sub.add_parser("student", help="write student notebooks to _build/student").set_defaults(func=student)
+    sub.add_parser("exercise-index", help="write book/exercise_index.md (done by every build)"
+                   ).set_defaults(func=exercise_index)
     p = sub.add_parser("grade", help="grade submitted student notebooks -> _build/grades")
     p.add_argument("submissions", help="a folder with one folder (or notebook) per student")
     p.add_argument("--out", help="where to write gradebook.csv and feedback/ (default: "
