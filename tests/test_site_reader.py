@@ -100,3 +100,33 @@ def test_menu_button_hides_and_shows_the_sidebar_on_a_desktop(browser, server, p
         assert visible_count(v.page, CHAPTER_LINKS) == before, "the menu button does not bring it back"
     finally:
         v.close()
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_page_is_wider_than_a_phone(visit, page):
+    """At 390 px nothing widens the page (a URL in a reference once made it 444 px wide).
+
+    Code cells and display equations scroll inside their own box; the page itself never does.
+    """
+    v = visit(page, *PHONE)
+    widths = v.page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    if widths[0] > widths[1]:
+        culprits = v.page.evaluate("""() => Array.from(document.querySelectorAll('main p, main li'))
+            .filter(e => e.scrollWidth > e.clientWidth + 1)
+            .map(e => e.textContent.replace(/\\s+/g, ' ').slice(0, 80))""")
+        pytest.fail(f"{page}: the page is {widths[0]} px wide in a {widths[1]} px window; "
+                    f"too wide: {culprits}")
+
+
+RAW_LATEX = r"\\[A-Za-z]+|\$"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_references_show_no_raw_latex(visit, page):
+    """No reference shows TeX source (\\texttt, $\\log ...$): the bibliography is rendered."""
+    v = visit(page, *DESKTOP)
+    raw = v.page.evaluate("""re => Array.from(document.querySelectorAll(
+            'main aside.footnote, main .footnote, main .citation, main .bibliography'))
+        .map(e => e.textContent.replace(/\\s+/g, ' ').trim())
+        .filter(t => new RegExp(re).test(t))""", RAW_LATEX)
+    assert raw == [], f"{page}: references with raw LaTeX: {raw}"
