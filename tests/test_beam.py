@@ -837,3 +837,26 @@ def test_padding_rows_hold_pad_and_length_zero_when_k_exceeds_the_sequences():
             assert lens[b, 4:].tolist() == [0] * (lp.shape[1] - 4)
             assert (toks[b, 4:] == PAD).all()
             assert sorted(lens[b, :4].tolist()) == [1, 2, 3, 3]
+
+
+def test_estimators_under_torch_func():
+    from torch import func as tf
+    lp = torch.tensor([[-0.1, -2.0, -math.inf], [-1.0, -1.5, -3.0]], dtype=torch.float64)
+    kappa = torch.tensor([-3.0, -2.5], dtype=torch.float64)
+    values = torch.tensor([[1.0, 2.0, 7.0], [0.5, -1.0, 3.0]], dtype=torch.float64)
+    for normalized in (False, True):
+        def f(a, normalized=normalized):
+            return sbs_estimate(values, a, kappa, normalized=normalized).sum()
+        a = lp.clone().requires_grad_()
+        f(a).backward()
+        torch.testing.assert_close(tf.grad(f)(lp), a.grad)
+        per_row = tf.vmap(lambda v, a, k: sbs_estimate(v, a, k, normalized=normalized))(
+            values, lp, kappa)
+        torch.testing.assert_close(per_row, sbs_estimate(values, lp, kappa,
+                                                         normalized=normalized))
+    t = torch.ones_like(lp)
+    out, tangent = tf.jvp(lambda a: sbs_inclusion_log_probs(a, kappa), (lp,), (t,))
+    jac = torch.autograd.functional.jacobian(
+        lambda a: torch.where(torch.isfinite(out), sbs_inclusion_log_probs(a, kappa), 0.0), lp)
+    torch.testing.assert_close(torch.where(torch.isfinite(out), tangent, 0.0),
+                               torch.einsum("ijkl,kl->ij", jac, t))

@@ -765,3 +765,129 @@ def test_plackett_luce_gradient_finite_when_the_undrawn_items_are_impossible():
     lp.backward()
     e = math.e / (1 + math.e)
     np.testing.assert_allclose(logits.grad.numpy(), [e, -e, 0.0], rtol=1e-14)
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 17: gumbel_softmax with a temperature tensor, unrepresentable temperatures, dim
+# ------------------------------------------------------------------------------------------------
+def test_gumbel_softmax_is_differentiable_in_a_temperature_tensor():
+    # A tau that requires grad used to become a float: no gradient reached it.
+    logits = torch.tensor([[0.3, -1.0, 1.2], [2.0, 0.0, -math.inf]], dtype=torch.float64,
+                          requires_grad=True)
+    tau = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    y = gumbel_softmax(logits, tau, generator=gen(4))
+    w = torch.tensor([[1.0, -2.0, 0.5], [0.3, 1.0, 4.0]], dtype=torch.float64)
+    (y * w).sum().backward()
+    assert tau.grad is not None and tau.grad.item() != 0.0
+    # d y / d tau = -y (s - <s, y>) / tau with s = (logits + G) / tau, from the same noise
+    noise = gm._standard_gumbel(logits.shape, torch.float64, logits.device, gen(4))
+    s = (logits.detach() + noise) / 0.7
+    yd = y.detach()
+    ss = torch.where(torch.isfinite(s), s, 0.0)
+    dy = -yd * (ss - (ss * yd).sum(-1, keepdim=True)) / 0.7
+    torch.testing.assert_close(tau.grad, (dy * w).sum(), rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda lg, t: gumbel_softmax(lg, t, generator=gen(4)),
+        (logits.detach()[:1].clone().requires_grad_(), tau.detach().clone().requires_grad_()))
+    # hard=True: the straight-through gradient reaches tau too
+    tau.grad = None
+    (gumbel_softmax(logits, tau, hard=True, generator=gen(4)) * w).sum().backward()
+    torch.testing.assert_close(tau.grad, (dy * w).sum(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("tau", [1e-39, 1e39, 1e-45])
+def test_gumbel_softmax_refuses_a_temperature_float32_cannot_represent(tau):
+    # float32 tau = 1e39 rounds to inf and 1e-39 is subnormal: the sample was all NaN.
+    logits = torch.tensor([[0.0, -math.inf, 1.0]])
+    with pytest.raises(ValueError, match="^gumbel_softmax: argument 'tau'=.* cannot be "
+                                         "represented in torch.float32"):
+        gumbel_softmax(logits, tau, generator=gen())
+    # float64 logits can take it (and give the limits: one-hot, or uniform over the possible)
+    y = gumbel_softmax(logits.double(), tau, generator=gen())
+    assert torch.isfinite(y).all() and y[0, 1] == 0
+    torch.testing.assert_close(y.sum(), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_gumbel_softmax_small_and_large_normal_temperatures_give_the_limits():
+    logits = torch.tensor([[0.0, -math.inf, 1.0, 30.0]])
+    cold = gumbel_softmax(logits, 1e-30, generator=gen(2))  # (logits + G) / tau ~ 1e31
+    assert torch.isfinite(cold).all() and sorted(cold[0].tolist()) == [0.0, 0.0, 0.0, 1.0]
+    hot = gumbel_softmax(logits, 3e38, generator=gen(2))
+    torch.testing.assert_close(hot, torch.tensor([[1 / 3, 0.0, 1 / 3, 1 / 3]]))
+    # float16 logits are computed in float32: tau = 1e5 is above float16's largest number
+    half = gumbel_softmax(logits.half(), 1e5, generator=gen(2))
+    assert half.dtype == torch.float16 and torch.isfinite(half).all()
+
+
+def test_gumbel_softmax_dim():
+    logits = torch.tensor([[0.3, 2.0], [-1.0, -math.inf], [1.2, 0.0]], dtype=torch.float64)
+    y = gumbel_softmax(logits, 0.5, dim=0, generator=gen(6))
+    noise = gm._standard_gumbel(logits.shape, torch.float64, logits.device, gen(6))
+    torch.testing.assert_close(y, torch.softmax((logits + noise) / 0.5, dim=0))
+    hard = gumbel_softmax(logits, 0.5, dim=0, hard=True, generator=gen(6))
+    assert hard.sum(0).tolist() == [1.0, 1.0] and hard[1, 1] == 0
+    with pytest.raises(ValueError, match="^gumbel_softmax: argument 'dim'=2 is out of range"):
+        gumbel_softmax(logits, 0.5, dim=2)
+    with pytest.raises(ValueError, match="^gumbel_softmax: argument 'logits' has a row with no "
+                                         "possible class"):
+        gumbel_softmax(logits, 0.5, dim=1)[0] if False else gumbel_softmax(
+            torch.tensor([[0.0, -math.inf], [1.0, -math.inf]]), 0.5, dim=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 17: torch.func on the Gumbel functions
+# ------------------------------------------------------------------------------------------------
+from torch import func as tf  # noqa: E402
+
+GX = torch.tensor([[0.5, -1.0, 2.0], [0.0, -math.inf, 1.0]], dtype=torch.float64)
+GUMBEL_FUNCS = {
+    "gumbel_softmax": lambda a: gumbel_softmax(a, 0.5, generator=gen(1)),
+    "gumbel_softmax_hard": lambda a: gumbel_softmax(a, 0.5, hard=True, generator=gen(1)),
+    "gumbel_with_max": lambda a: gumbel_with_max(a, torch.tensor(0.3, dtype=torch.float64),
+                                                 generator=gen(1)),
+    "truncated_gumbel": lambda a: truncated_gumbel(a, torch.tensor(1.0, dtype=torch.float64),
+                                                   generator=gen(1)),
+    "sample_gumbel": lambda a: sample_gumbel(a.shape, loc=a, generator=gen(1)),
+    "plackett_luce": lambda a: plackett_luce_log_prob(a, torch.tensor([[2, 0], [0, 2]])),
+    "log1mexp": lambda a: log1mexp(-a.abs() - 0.1),
+}
+
+
+def _fin(out):
+    return torch.where(torch.isfinite(out), out, 0.0)
+
+
+@pytest.mark.parametrize("name", list(GUMBEL_FUNCS))
+def test_gumbel_functions_under_torch_func(name):
+    f = GUMBEL_FUNCS[name]
+    jac = torch.autograd.functional.jacobian(lambda a: _fin(f(a)), GX)
+    out = f(GX)
+    w = torch.linspace(0.5, 1.5, out.numel(), dtype=torch.float64).reshape(out.shape)
+    g = tf.grad(lambda a: (_fin(f(a)) * w).sum())(GX)
+    torch.testing.assert_close(g, torch.tensordot(w, jac, dims=out.dim()))
+    t = torch.linspace(-1.0, 1.0, GX.numel(), dtype=torch.float64).reshape(GX.shape)
+    o, tangent = tf.jvp(lambda a: _fin(f(a)), (GX,), (t,))
+    torch.testing.assert_close(o, _fin(out))
+    torch.testing.assert_close(tangent, torch.tensordot(jac, t, dims=GX.dim()))
+    torch.testing.assert_close(tf.jacrev(lambda a: _fin(f(a)))(GX), jac)
+    # vmap: randomness="same" draws the noise once, so each element is the unbatched call
+    batch = torch.stack([GX, GX - 1.0, GX * 0.5])
+    vm = tf.vmap(f, randomness="same")(batch)
+    torch.testing.assert_close(vm, torch.stack([f(b) for b in batch]))
+
+
+def test_gumbel_softmax_vmap_different_randomness_draws_per_element():
+    rows = torch.zeros(4, 3, dtype=torch.float64)
+    out = tf.vmap(lambda a: gumbel_softmax(a, 1.0, generator=gen(2)),
+                  randomness="different")(rows)
+    assert out.shape == (4, 3) and len({tuple(r.tolist()) for r in out}) == 4
+    torch.testing.assert_close(out.sum(-1), torch.ones(4, dtype=torch.float64))
+
+
+def test_gumbel_functions_under_vmap_still_validate_values():
+    with pytest.raises(ValueError, match="^gumbel_softmax: argument 'logits' has a row with no "
+                                         "possible class"):
+        tf.vmap(lambda a: gumbel_softmax(a, 1.0), randomness="same")(
+            torch.tensor([[0.0, 1.0], [-math.inf, -math.inf]]))
+    with pytest.raises(ValueError, match="^log1mexp: argument 'x' must be <= 0"):
+        tf.vmap(log1mexp)(torch.tensor([[-1.0], [0.5]]))

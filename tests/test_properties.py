@@ -246,6 +246,9 @@ def test_gumbel_softmax(logits, tau, hard):
     # of the soft sample) by design, so it is not compared with finite differences
     check_gradients(lambda a: gumbel.gumbel_softmax(a, tau, hard=hard, generator=g()),
                     [logits], fd=not hard)
+    # a temperature tensor is differentiated too
+    check_gradients(lambda a, t: gumbel.gumbel_softmax(a, t, hard=hard, generator=g()),
+                    [logits, t64(tau)], diff=(0, 1), fd=not hard)
 
 
 @SETTINGS

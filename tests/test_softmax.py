@@ -711,3 +711,85 @@ def test_cross_entropy_gradient_in_a_zero_target_entry_is_minus_log_p():
     ls = torch.log_softmax(x, -1)
     torch.testing.assert_close(y.grad[:2], -ls[:2])
     assert torch.isfinite(y.grad).all()
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 17: torch.func (grad, jvp, vmap, jacrev, jacfwd, hessian) on the custom Functions
+# --------------------------------------------------------------------------------------------
+from torch import func as tf  # noqa: E402
+
+FUNC_X = torch.tensor([[0.5, -1.0, 2.0, 1e4], [0.0, -INF, 1.0, -3.0], [-INF, -INF, -INF, -INF]],
+                      dtype=torch.float64)
+FUNC_CASES = {
+    "softmax": lambda a: softmax(a, temperature=0.7),
+    "log_softmax": lambda a: log_softmax(a, temperature=1.3),
+    "log_softmax_dim0": lambda a: log_softmax(a[:2], dim=0),
+    "logsumexp": lambda a: logsumexp(a),
+    "logsumexp_keepdim": lambda a: logsumexp(a, dim=1, keepdim=True),
+    "softplus": lambda a: softplus(a.clamp(min=-50)),
+    "log_sigmoid": lambda a: log_sigmoid(a.clamp(min=-50)),
+    "cross_entropy": lambda a: cross_entropy(a[:2], torch.tensor([0, 2]), reduction="none"),
+}
+
+
+def _finite_part(out):
+    return torch.where(torch.isfinite(out), out, 0.0)
+
+
+def _autograd_jacobian(f, x):
+    return torch.autograd.functional.jacobian(lambda a: _finite_part(f(a)), x)
+
+
+@pytest.mark.parametrize("name", list(FUNC_CASES))
+def test_torch_func_grad_jvp_jacrev_jacfwd_agree_with_autograd(name):
+    f = FUNC_CASES[name]
+    x = FUNC_X
+    jac = _autograd_jacobian(f, x)
+    out_shape = f(x).shape
+    # grad of a weighted sum of the finite outputs
+    w = torch.linspace(0.5, 1.5, int(torch.Size(out_shape).numel()),
+                       dtype=torch.float64).reshape(out_shape)
+    g = tf.grad(lambda a: (_finite_part(f(a)) * w).sum())(x)
+    torch.testing.assert_close(g, torch.tensordot(w, jac, dims=len(out_shape)))
+    # forward mode: J t (impossible entries get tangent 0 on both sides)
+    t = torch.linspace(-1.0, 1.0, x.numel(), dtype=torch.float64).reshape(x.shape)
+    out, tangent = tf.jvp(f, (x,), (t,))
+    torch.testing.assert_close(out, f(x))
+    expected = torch.tensordot(jac, t, dims=x.dim())
+    torch.testing.assert_close(torch.where(torch.isfinite(out), tangent, 0.0), expected)
+    assert torch.isfinite(tangent).all()
+    # Jacobians both ways
+    torch.testing.assert_close(tf.jacrev(lambda a: _finite_part(f(a)))(x), jac)
+    torch.testing.assert_close(tf.jacfwd(lambda a: _finite_part(f(a)))(x), jac)
+
+
+@pytest.mark.parametrize("name", list(FUNC_CASES))
+def test_torch_func_vmap_equals_a_loop(name):
+    f = FUNC_CASES[name]
+    batch = torch.stack([FUNC_X, FUNC_X.flip(-1) * 0.5, FUNC_X - 3.0])
+    out = tf.vmap(f)(batch)
+    torch.testing.assert_close(out, torch.stack([f(b) for b in batch]))
+    # the batch dimension in another place, and vmap of grad
+    out1 = tf.vmap(f, in_dims=1, out_dims=0)(batch.movedim(0, 1))
+    torch.testing.assert_close(out1, out)
+    gs = tf.vmap(tf.grad(lambda a: _finite_part(f(a)).sum()))(batch)
+    for b, gb in zip(batch, gs):
+        torch.testing.assert_close(gb, tf.grad(lambda a: _finite_part(f(a)).sum())(b))
+
+
+def test_torch_func_hessian_of_logsumexp_is_the_softmax_jacobian():
+    x = torch.tensor([0.3, -2.0, 1.0, -INF], dtype=torch.float64)
+    p = torch.softmax(x, 0)
+    h = tf.hessian(logsumexp)(x)
+    torch.testing.assert_close(h, torch.diag(p) - torch.outer(p, p))
+    # and on an all -inf slice: 0, not NaN
+    assert (tf.hessian(logsumexp)(torch.full((3,), -INF, dtype=torch.float64)) == 0).all()
+
+
+def test_torch_func_vmap_still_validates_values():
+    with pytest.raises(ValueError, match="^softmax: argument 'x' contains NaN"):
+        tf.vmap(softmax)(torch.tensor([[0.0, 1.0], [float("nan"), 0.0]]))
+    with pytest.raises(ValueError, match="^sigmoid: argument 'x' contains NaN"):
+        tf.vmap(sigmoid)(torch.tensor([[0.0, 1.0], [float("nan"), 0.0]]))
+    with pytest.raises(ValueError, match="^logit: argument 'p' must lie in"):
+        tf.vmap(logit)(torch.tensor([[0.5], [1.5]]))

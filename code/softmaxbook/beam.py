@@ -79,6 +79,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from softmaxbook import _validate
 from softmaxbook._validate import (
     as_float_tensor,
     check_generator,
@@ -87,6 +88,7 @@ from softmaxbook._validate import (
     check_no_posinf,
     check_positive_number,
 )
+from softmaxbook.softmax import _on_plain
 from softmaxbook.gumbel import (
     _gumbel_with_max_top,
     _log1mexp,
@@ -852,6 +854,9 @@ def _inclusion_log_probs_work(log_probs, kappa):
 
 
 def _check_estimator_inputs(values, log_probs, kappa, func):
+    # value checks look through torch.func's wrappers (vmap)
+    check_no_nan, check_no_posinf = _on_plain(_validate.check_no_nan), \
+        _on_plain(_validate.check_no_posinf)
     log_probs = as_float_tensor(log_probs, "log_probs", func)
     kappa = as_float_tensor(kappa, "kappa", func, allow_empty=True)
     if log_probs.dim() == 0:

@@ -10,6 +10,10 @@ Conventions used by every function here:
   errors.
 * Randomness comes only from the optional keyword ``generator`` (a ``torch.Generator`` on the
   device of the tensors); results are on the device, and in the floating dtype, of the inputs.
+* ``torch.func`` works (``grad``, ``jvp``, ``vmap``, ``jacrev``; ``jacfwd`` with
+  ``randomness="same"``). Under ``vmap``, ``randomness="same"`` draws the noise once for the
+  whole batch (each element gets what the unbatched call would) and ``"different"`` draws it
+  per element; the checks of values still run, on the whole batch.
 
 References
 ----------
@@ -33,12 +37,18 @@ import torch
 from softmaxbook._validate import (
     as_float_tensor,
     check_generator,
+    check_dim,
     check_int,
     check_no_nan,
     check_no_posinf,
     check_positive_number,
 )
+from softmaxbook.softmax import _on_plain, _plain, _wrapped
 from softmaxbook.softmax import logsumexp as _lse
+
+# Value checks look through torch.func's wrappers, so that the functions work under vmap.
+check_no_nan = _on_plain(check_no_nan)
+check_no_posinf = _on_plain(check_no_posinf)
 
 __all__ = [
     "sample_gumbel",
@@ -162,7 +172,7 @@ def sample_gumbel(shape, *, loc=0.0, generator=None, dtype=None, device=None) ->
     check_generator(generator, device, func)
     g = _standard_gumbel(shape, dtype, device, generator)
     if isinstance(loc, torch.Tensor):
-        return g.add_(loc.to(dtype))
+        return g + loc.to(dtype) if _wrapped(loc) else g.add_(loc.to(dtype))
     return g.add_(loc) if loc != 0.0 else g
 
 
@@ -202,8 +212,9 @@ def log1mexp(x: torch.Tensor) -> torch.Tensor:
     func = "log1mexp"
     as_float_tensor(x, "x", func, allow_empty=True)
     check_no_nan(x, "x", func)
-    if bool((x > 0).any()):
-        raise ValueError(f"{func}: argument 'x' must be <= 0 everywhere, got max {x.max().item()}")
+    if bool(_plain(x > 0).any()):
+        raise ValueError(f"{func}: argument 'x' must be <= 0 everywhere, got max "
+                         f"{_plain(x).max().item()}")
     return _log1mexp(x)
 
 
@@ -260,7 +271,8 @@ def truncated_gumbel(loc: torch.Tensor, upper: torch.Tensor, *, generator=None) 
         ) from None
     check_generator(generator, loc.device, func)
     dtype = torch.promote_types(loc.dtype, upper.dtype)
-    g = _standard_gumbel(shape, dtype, loc.device, generator).add_(loc.to(dtype))
+    g = _standard_gumbel(shape, dtype, loc.device, generator)
+    g = g + loc.to(dtype) if _wrapped(loc) else g.add_(loc.to(dtype))
     # Naively phi - log(exp(phi - T) - log U): exp(phi - T) overflows once phi - T > 88 (float32)
     # and the result becomes -inf instead of ~T. With G a Gumbel(phi) draw the same number is
     # -log(e^{-T} + e^{-G}), i.e. -logaddexp(-T, -G), which torch evaluates as
@@ -338,10 +350,11 @@ def gumbel_with_max(loc: torch.Tensor, maximum: torch.Tensor, *, generator=None)
     dtype = torch.promote_types(loc.dtype, maximum.dtype)
     t = t.to(dtype)
     shape = torch.broadcast_shapes(t.shape, loc.shape)
-    g = _standard_gumbel(shape, dtype, loc.device, generator).add_(loc.to(dtype))
+    g = _standard_gumbel(shape, dtype, loc.device, generator)
+    g = g + loc.to(dtype) if _wrapped(loc) else g.add_(loc.to(dtype))
     z = g.amax(dim=-1, keepdim=True)
     t_dead = t == -math.inf
-    bad = (z == -math.inf) & ~t_dead
+    bad = _plain((z == -math.inf) & ~t_dead)
     if bool(bad.any()):
         row = tuple(bad.squeeze(-1).nonzero()[0].tolist()) if bad.dim() > 1 else ()
         raise ValueError(
@@ -405,6 +418,7 @@ def _explain_bad_rows(logits: torch.Tensor, func: str, k: int | None = None) -> 
     """Called after a cheap check on the perturbed top values failed: find and report the cause."""
     check_no_nan(logits, "logits", func)
     check_no_posinf(logits, "logits", func)
+    logits = _plain(logits)
     possible = (logits > -math.inf).sum(-1)
     short = possible < (1 if k is None else k)
     if bool(short.any()):
@@ -427,7 +441,7 @@ def _check_top_values(values: torch.Tensor, logits: torch.Tensor, func: str,
     # torch.max/topk put NaN first and +inf is the largest value, so the k top perturbed values of
     # a row are all finite iff the row has no NaN, no +inf and at least k finite logits. Checking
     # these k values instead of the whole input keeps validation off the hot path.
-    if not bool(torch.isfinite(values).all()):
+    if not bool(_plain(torch.isfinite(values)).all()):
         _explain_bad_rows(logits, func, k)
 
 
@@ -452,14 +466,41 @@ def gumbel_max(logits: torch.Tensor, *, generator=None) -> torch.Tensor:
     func = "gumbel_max"
     _check_logits(logits, func)
     check_generator(generator, logits.device, func)
-    perturbed = _standard_gumbel(logits.shape, logits.dtype, logits.device, generator).add_(logits)
+    perturbed = _standard_gumbel(logits.shape, logits.dtype, logits.device, generator)
+    perturbed = perturbed + logits if _wrapped(logits) else perturbed.add_(logits)
     values, idx = perturbed.max(dim=-1)
     _check_top_values(values, logits, func)
     return idx
 
 
-def gumbel_softmax(logits: torch.Tensor, tau, *, hard: bool = False, generator=None) -> torch.Tensor:
-    """Gumbel-softmax / Concrete sample: ``softmax((logits + G) / tau)`` over the last dimension.
+def _check_tau(tau, dtype: torch.dtype, func: str):
+    """``tau`` as a float, or as a tensor when it requires grad (then it is differentiated).
+
+    It must be finite and > 0 and, in the dtype the sample is computed in, a normal number: a
+    float32 ``tau`` of 1e39 rounds to inf and one of 1e-39 is subnormal (dividing by either
+    gave NaN samples). A tensor ``tau`` must have one element."""
+    if isinstance(tau, torch.Tensor):
+        as_float_tensor(tau, "tau", func)
+        if tau.numel() != 1:
+            raise TypeError(f"{func}: argument 'tau' must be a number or a tensor with one "
+                            f"element, got a tensor of shape {tuple(tau.shape)}")
+    value = check_positive_number(tau.detach() if isinstance(tau, torch.Tensor) else tau,
+                                  "tau", func)
+    info = torch.finfo(dtype)
+    if not info.tiny <= value <= info.max:
+        raise ValueError(
+            f"{func}: argument 'tau'={value:g} cannot be represented in {dtype}, the dtype "
+            f"the sample is computed in (normal numbers lie in [{info.tiny:g}, {info.max:g}]); "
+            "use float64 logits for such a temperature"
+        )
+    if isinstance(tau, torch.Tensor) and tau.requires_grad:
+        return value, tau.reshape(())
+    return value, None
+
+
+def gumbel_softmax(logits: torch.Tensor, tau, *, hard: bool = False, dim: int = -1,
+                   generator=None) -> torch.Tensor:
+    """Gumbel-softmax / Concrete sample: ``softmax((logits + G) / tau)`` along ``dim``.
 
     A reparameterised, differentiable relaxation of a one-hot categorical sample (Maddison, Mnih
     & Teh 2017; Jang, Gu & Poole 2017). As ``tau -> 0`` the sample tends to
@@ -472,37 +513,67 @@ def gumbel_softmax(logits: torch.Tensor, tau, *, hard: bool = False, generator=N
 
     Parameters
     ----------
-    logits : Tensor of shape ``(..., n)``
-        ``-inf`` means impossible (probability 0 in every sample). Each row needs a finite entry.
-    tau : float > 0
-        Temperature.
+    logits : Tensor of shape ``(..., n, ...)``
+        ``-inf`` means impossible (probability 0 in every sample). Each slice along ``dim``
+        needs a finite entry.
+    tau : float > 0, or a one-element tensor
+        Temperature. A tensor that requires grad is differentiated (as in PyTorch's
+        ``RelaxedOneHotCategorical``): ``d sample / d tau = -sample * (s - <s, sample>) / tau``
+        with ``s = (logits + G) / tau``. It must be a normal number of the dtype the sample is
+        computed in (float32 for float16/bfloat16 logits); outside that range (float32: below
+        1.2e-38 or above 3.4e38) a ``ValueError`` names it, where the division would give NaN.
     hard : bool, default False
+    dim : int, default -1
+        The dimension of the classes.
     generator : torch.Generator, optional
 
     Returns
     -------
-    Tensor of the shape and dtype of ``logits``; each row sums to 1.
+    Tensor of the shape and dtype of ``logits``; each slice along ``dim`` sums to 1.
+
+    Notes
+    -----
+    The perturbed logits are shifted by their (detached) maximum before the division by
+    ``tau``, which changes nothing mathematically (softmax is shift-invariant) but keeps a
+    small ``tau`` from turning large perturbed logits into ``inf``: the limit ``tau -> 0`` is
+    reached as a one-hot vector, not as NaN. float16 and bfloat16 logits are computed in
+    float32 and the sample is cast back.
     """
     func = "gumbel_softmax"
     _check_logits(logits, func)
-    tau = check_positive_number(tau, "tau", func)
+    dim = check_dim(logits, dim, "logits", func)
+    dtype = logits.dtype
+    work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    tau_value, tau_tensor = _check_tau(tau, work, func)
     if not isinstance(hard, bool):
         raise TypeError(f"{func}: argument 'hard' must be a bool, got {type(hard).__name__}")
     check_generator(generator, logits.device, func)
-    noise = _standard_gumbel(logits.shape, logits.dtype, logits.device, generator)
-    # logits + G is formed out of place so that autograd sees logits; the noise buffer is reused.
-    perturbed = noise.add_(logits) if not logits.requires_grad else noise + logits
-    if tau != 1.0:
-        perturbed = perturbed.div_(tau) if not logits.requires_grad else perturbed / tau
-    top, idx = perturbed.detach().max(dim=-1, keepdim=True)
-    _check_top_values(top, logits, func)
-    soft = torch.softmax(perturbed, dim=-1)
-    if not hard:
-        return soft
-    one_hot = torch.zeros_like(soft).scatter_(-1, idx, 1.0)
-    # Straight-through: forward value one_hot exactly (soft - soft.detach() is exactly 0, unlike
-    # one_hot - soft.detach() + soft, which can round to 0.9999999), backward the soft gradient.
-    return one_hot + (soft - soft.detach())
+    x = logits if dtype == work else logits.to(work)
+    noise = _standard_gumbel(x.shape, work, x.device, generator)
+    # logits + G is formed out of place when autograd must see logits; else the noise buffer is
+    # reused, as is the shifted copy below.
+    grad = x.requires_grad or tau_tensor is not None or _wrapped(x)
+    perturbed = noise + x if x.requires_grad or _wrapped(x) else noise.add_(x)
+    top, idx = perturbed.detach().max(dim=dim, keepdim=True)
+    _check_top_values(top, logits.movedim(dim, -1), func)
+    # Shift by the maximum (detached: softmax is shift-invariant, so its gradient is exactly 0),
+    # then divide: every entry is <= 0, the maximal one exactly 0, so no tau makes it overflow.
+    z = perturbed - top if grad else perturbed.sub_(top)
+    if tau_tensor is not None:
+        # An impossible class has z = -inf, and d(z / tau)/d tau = -z / tau^2 = inf there; its
+        # zero softmax gradient times that is NaN. Such entries are divided as 0 and put back.
+        dead = torch.isneginf(z)
+        z = torch.where(dead, -math.inf, torch.where(dead, 0.0, z) / tau_tensor.to(work))
+    elif tau_value != 1.0:
+        z = z / tau_value if grad else z.div_(tau_value)
+    soft = torch.softmax(z, dim=dim)
+    if hard:
+        one_hot = torch.zeros_like(soft).scatter_(dim, idx, 1.0)
+        # Straight-through: forward value one_hot exactly (soft - soft.detach() is exactly 0,
+        # unlike one_hot - soft.detach() + soft, which can round to 0.9999999), backward the
+        # soft gradient.
+        soft = one_hot + (soft - soft.detach())
+    return soft if soft.dtype == dtype else soft.to(dtype)
 
 
 def gumbel_topk(logits: torch.Tensor, k: int, *, generator=None) -> torch.Tensor:
@@ -534,7 +605,8 @@ def gumbel_topk(logits: torch.Tensor, k: int, *, generator=None) -> torch.Tensor
             f"{func}: argument 'k'={k} is larger than the number of items n={n} (last dim of 'logits')"
         )
     check_generator(generator, logits.device, func)
-    perturbed = _standard_gumbel(logits.shape, logits.dtype, logits.device, generator).add_(logits)
+    perturbed = _standard_gumbel(logits.shape, logits.dtype, logits.device, generator)
+    perturbed = perturbed + logits if _wrapped(logits) else perturbed.add_(logits)
     values, idx = perturbed.topk(k, dim=-1, largest=True, sorted=True)
     _check_top_values(values, logits, func, k)
     return idx
@@ -583,10 +655,10 @@ def plackett_luce_log_prob(logits: torch.Tensor, ordered: torch.Tensor) -> torch
         raise ValueError(
             f"{func}: argument 'ordered' has k={k} draws per row; it needs 1 <= k <= n={n}"
         )
-    if bool(((ordered < 0) | (ordered >= n)).any()):
+    if bool(_plain((ordered < 0) | (ordered >= n)).any()):
         raise ValueError(
             f"{func}: argument 'ordered' has an index outside [0, {n}) "
-            f"(min {ordered.min().item()}, max {ordered.max().item()})"
+            f"(min {_plain(ordered).min().item()}, max {_plain(ordered).max().item()})"
         )
     try:
         batch = torch.broadcast_shapes(logits.shape[:-1], ordered.shape[:-1])
@@ -597,7 +669,7 @@ def plackett_luce_log_prob(logits: torch.Tensor, ordered: torch.Tensor) -> torch
         ) from None
     idx = ordered.long().expand(*batch, k)
     srt = idx.sort(dim=-1).values
-    if k > 1 and bool((srt[..., 1:] == srt[..., :-1]).any()):
+    if k > 1 and bool(_plain(srt[..., 1:] == srt[..., :-1]).any()):
         raise ValueError(f"{func}: argument 'ordered' repeats an index within a row; draws without "
                          "replacement are distinct")
     lg = logits.expand(*batch, n)

@@ -15,6 +15,10 @@ Conventions shared by every function here
   names the argument.
 * ``float16`` and ``bfloat16`` inputs are computed in ``float32`` and returned in their own dtype;
   ``float32`` and ``float64`` are computed in their own precision.
+* ``torch.func`` works: ``grad``, ``jvp`` (forward mode), ``vmap``, ``jacrev``, ``jacfwd`` and
+  ``hessian``. The custom autograd Functions have a forward-mode rule and a vmap rule (the
+  batch goes through the fused kernels at once); under ``vmap`` the checks of values (NaN,
+  ``+inf``) still run, on the whole batch.
 
 Accuracy
 --------
@@ -61,6 +65,7 @@ import torch
 
 from softmaxbook._validate import as_float_tensor, check_dim, check_no_nan, check_no_posinf, \
     check_positive_number
+from softmaxbook._validate import check_finite as _check_finite
 
 __all__ = [
     "logsumexp",
@@ -80,6 +85,37 @@ _LN2 = math.log(2.0)
 # --------------------------------------------------------------------------------------------
 # Argument handling shared by the public functions
 # --------------------------------------------------------------------------------------------
+
+def _plain(x: torch.Tensor) -> torch.Tensor:
+    """The tensor under torch.func's wrappers (vmap's batched tensor, grad's tracking tensor).
+
+    Checks of values (NaN, +inf, a range) need data-dependent control flow, which ``vmap``
+    forbids on its batched tensors; on the underlying tensor, the whole batch at once, they are
+    ordinary Python. Outside torch.func it is ``x`` itself."""
+    f = torch._C._functorch
+    while f.is_functorch_wrapped_tensor(x) or f.is_batchedtensor(x):
+        x = f.get_unwrapped(x)
+    return x
+
+
+def _on_plain(check):
+    """A check from ``softmaxbook._validate`` applied to :func:`_plain` of its tensor."""
+    def checked(x, *args, **kwargs):
+        return check(_plain(x), *args, **kwargs)
+    checked.__name__ = check.__name__
+    return checked
+
+
+def _wrapped(x: torch.Tensor) -> bool:
+    """Whether ``x`` is a torch.func wrapper (then in-place updates of a plain buffer by ``x``
+    are not allowed: they must be written out of place)."""
+    return _plain(x) is not x
+
+
+check_no_nan = _on_plain(check_no_nan)
+check_no_posinf = _on_plain(check_no_posinf)
+_check_finite = _on_plain(_check_finite)
+
 
 def _working_dtype(dtype: torch.dtype) -> torch.dtype:
     """float16/bfloat16 are computed in float32: their 8- and 11-bit significands cannot hold
@@ -313,13 +349,30 @@ def _logsumexp_forward(x: torch.Tensor, dim: int, func: str, exact: bool = False
 # Autograd: custom Functions so that -inf slices have zero (not NaN) first and second derivatives
 # --------------------------------------------------------------------------------------------
 
+# The Functions follow torch.func's protocol (forward without ctx, setup_context, jvp and a vmap
+# rule), so torch.func.grad, jvp, vmap, jacrev, jacfwd and hessian work on them. The vmap rule
+# moves the batch dimension to the front and calls the Function on the whole batch: the forward
+# pass has data-dependent branches (which slices to repair) that vmap could not trace, but on
+# the unwrapped batch they are ordinary Python.
+
+def _vmap_front(x, in_dim, dim):
+    """``x`` with its vmap batch dimension (if any) moved to 0, and ``dim`` shifted past it."""
+    if in_dim is None:
+        return x, dim, None
+    return x.movedim(in_dim, 0), dim + 1, 0
+
+
 class _Softmax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dim, temperature, exact):
-        p = _softmax_forward(x, dim, temperature, "softmax", exact)
-        ctx.save_for_backward(p)
+    def forward(x, dim, temperature, exact):
+        return _softmax_forward(x, dim, temperature, "softmax", exact)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, dim, temperature, _ = inputs
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
         ctx.dim, ctx.temperature = dim, temperature
-        return p
 
     @staticmethod
     def backward(ctx, g):
@@ -333,14 +386,32 @@ class _Softmax(torch.autograd.Function):
             gx = gx / ctx.temperature
         return gx, None, None, None
 
+    @staticmethod
+    def jvp(ctx, t, *_):
+        # J is symmetric, so the forward-mode product J t has the backward's formula.
+        (p,) = ctx.saved_tensors
+        # an impossible class (p = 0) gets tangent 0 even if t is not finite there
+        t = torch.where(p == 0, 0.0, t)
+        out = p * (t - (t * p).sum(dim=ctx.dim, keepdim=True))
+        return out / ctx.temperature if ctx.temperature != 1.0 else out
+
+    @staticmethod
+    def vmap(info, in_dims, x, dim, temperature, exact):
+        x, dim, out_dim = _vmap_front(x, in_dims[0], dim)
+        return _Softmax.apply(x, dim, temperature, exact), out_dim
+
 
 class _LogSoftmax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dim, temperature, exact):
-        ls = _log_softmax_forward(x, dim, temperature, "log_softmax", exact)
-        ctx.save_for_backward(ls)
+    def forward(x, dim, temperature, exact):
+        return _log_softmax_forward(x, dim, temperature, "log_softmax", exact)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, dim, temperature, _ = inputs
+        ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
         ctx.dim, ctx.temperature = dim, temperature
-        return ls
 
     @staticmethod
     def backward(ctx, g):
@@ -356,25 +427,87 @@ class _LogSoftmax(torch.autograd.Function):
             gx = gx / ctx.temperature
         return gx, None, None, None
 
+    @staticmethod
+    def jvp(ctx, t, *_):
+        # forward mode: (J t)_i = t_i - <p, t>; impossible entries (-inf) stay -inf: tangent 0
+        (ls,) = ctx.saved_tensors
+        dead = torch.isneginf(ls)
+        t = torch.where(dead, 0.0, t)
+        out = t - (ls.exp() * t).sum(dim=ctx.dim, keepdim=True)
+        out = torch.where(dead, 0.0, out)
+        return out / ctx.temperature if ctx.temperature != 1.0 else out
+
+    @staticmethod
+    def vmap(info, in_dims, x, dim, temperature, exact):
+        x, dim, out_dim = _vmap_front(x, in_dims[0], dim)
+        return _LogSoftmax.apply(x, dim, temperature, exact), out_dim
+
 
 class _LogSumExp(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dim, keepdim, exact):
-        lse = _logsumexp_forward(x, dim, "logsumexp", exact)
+    def forward(x, dim, keepdim, exact):
+        # dim: an int or a tuple of ints (every one non-negative); the slices are flattened
+        dims = dim if isinstance(dim, tuple) else (dim,)
+        if len(dims) == 1:
+            lse = _logsumexp_forward(x, dims[0], "logsumexp", exact)
+        else:
+            flat = x.movedim(dims, tuple(range(x.dim() - len(dims), x.dim()))).flatten(-len(dims))
+            lse = _logsumexp_forward(flat, flat.dim() - 1, "logsumexp", exact)
+        if keepdim:
+            for d in sorted(dims):
+                lse = lse.unsqueeze(d)
+        return lse
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, dim, keepdim, _ = inputs
         ctx.save_for_backward(x)
-        ctx.dim = dim
-        return lse.unsqueeze(dim) if keepdim else lse
+        ctx.save_for_forward(x)
+        ctx.dims = dim if isinstance(dim, tuple) else (dim,)
+        ctx.keepdim = keepdim
+
+    @staticmethod
+    def _keep(ctx, g):
+        if not ctx.keepdim:
+            for d in sorted(ctx.dims):
+                g = g.unsqueeze(d)
+        return g
+
+    @staticmethod
+    def _softmax(x, dims):
+        # the softmax over the (possibly several) reduced dims, through _Softmax
+        if len(dims) == 1:
+            return _Softmax.apply(x, dims[0], 1.0, False)
+        n = len(dims)
+        moved = x.movedim(dims, tuple(range(x.dim() - n, x.dim())))
+        p = _Softmax.apply(moved.flatten(-n), moved.dim() - n, 1.0, False)
+        return p.unflatten(-1, moved.shape[-n:]).movedim(
+            tuple(range(x.dim() - n, x.dim())), dims)
 
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
-        g = g if g.dim() == x.dim() else g.unsqueeze(ctx.dim)
         # The gradient of log-sum-exp is the softmax. Computing it with _Softmax (rather than
         # exp(x - lse), which is exp(NaN) on an all -inf slice) gives 0 there, and makes the
         # second derivative (the softmax Jacobian) available through _Softmax.backward.
-        return g * _Softmax.apply(x, ctx.dim, 1.0, False), None, None, None
+        return _LogSumExp._keep(ctx, g) * _LogSumExp._softmax(x, ctx.dims), None, None, None
+
+    @staticmethod
+    def jvp(ctx, t, *_):
+        (x,) = ctx.saved_tensors
+        p = _LogSumExp._softmax(x, ctx.dims)
+        t = torch.where(p == 0, 0.0, t)  # impossible entries: no contribution
+        return (p * t).sum(dim=ctx.dims, keepdim=ctx.keepdim)
+
+    @staticmethod
+    def vmap(info, in_dims, x, dim, keepdim, exact):
+        if in_dims[0] is None:
+            return _LogSumExp.apply(x, dim, keepdim, exact), None
+        x = x.movedim(in_dims[0], 0)
+        dims = tuple(d + 1 for d in dim) if isinstance(dim, tuple) else dim + 1
+        return _LogSumExp.apply(x, dims, keepdim, exact), 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -566,11 +699,12 @@ def logit(p: torch.Tensor) -> torch.Tensor:
     func = "logit"
     p = as_float_tensor(p, "p", func, allow_empty=True)
     check_no_nan(p, "p", func)
-    bad = (p < 0) | (p > 1)
+    bad = _plain((p < 0) | (p > 1))
     if bool(bad.any()):
         idx = bad.nonzero()[0].tolist()
         raise ValueError(
-            f"{func}: argument 'p' must lie in [0, 1], got {p[tuple(idx)].item()} at index "
+            f"{func}: argument 'p' must lie in [0, 1], got {_plain(p)[tuple(idx)].item()} at "
+            "index "
             f"{tuple(idx) if len(idx) != 1 else idx[0]}"
         )
     w = _to_working(p)
@@ -581,18 +715,30 @@ class _Softplus(torch.autograd.Function):
     """``max(x, 0) + log1p(exp(-|x|))`` with the gradient ``sigmoid(x)`` written out: autograd
     through ``clamp`` and ``abs`` would give 1 at ``x = 0`` (clamp passes the gradient at its
     boundary, ``abs`` has 0 there) instead of 1/2. The backward uses torch operations, so it is
-    differentiable again (second derivatives, ``gradgradcheck``)."""
+    differentiable again (second derivatives, ``gradgradcheck``). Forward mode (``jvp``) and
+    ``vmap`` (a generated rule: the forward has no data-dependent branch) for torch.func."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, w):
-        ctx.save_for_backward(w)
+    def forward(w):
         # exp only of -|w| <= 0: no overflow, and log1p keeps the digits of a tiny exp
         return w.clamp(min=0) + torch.log1p(torch.exp(-w.abs()))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
 
     @staticmethod
     def backward(ctx, grad):
         (w,) = ctx.saved_tensors
         return grad * torch.sigmoid(w)
+
+    @staticmethod
+    def jvp(ctx, t):
+        (w,) = ctx.saved_tensors
+        return t * torch.sigmoid(w)
 
 
 def softplus(x: torch.Tensor) -> torch.Tensor:
@@ -717,7 +863,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, dim: int = -1,
             raise ValueError(f"{func}: argument 'target' holds probabilities, so it must have the "
                              f"shape of 'logits' {tuple(logits.shape)}, got {tuple(target.shape)}")
         check_no_nan(target, "target", func)
-        if bool((target < 0).any()):
+        if bool(_plain(target < 0).any()):
             raise ValueError(f"{func}: argument 'target' holds probabilities and must be >= 0")
         # 0 * log(0) = 0 * (-inf) would be NaN; by convention the term is 0. Only that -inf is
         # replaced (by 0), inside the product: the derivative in a target entry y_k = 0 stays
@@ -731,10 +877,10 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, dim: int = -1,
             raise ValueError(f"{func}: argument 'target' holds class indices, so it must have shape "
                              f"{tuple(expected)} (that of 'logits' without dim {dim}), "
                              f"got {tuple(target.shape)}")
-        if target.numel() and bool(((target < 0) | (target >= n_classes)).any()):
+        if target.numel() and bool(_plain((target < 0) | (target >= n_classes)).any()):
             raise ValueError(f"{func}: argument 'target' must hold class indices in "
-                             f"[0, {n_classes}), got values in [{int(target.min())}, "
-                             f"{int(target.max())}]")
+                             f"[0, {n_classes}), got values in [{int(_plain(target).min())}, "
+                             f"{int(_plain(target).max())}]")
         loss = -ls.gather(dim, target.long().unsqueeze(dim)).squeeze(dim)
     else:
         raise TypeError(f"{func}: argument 'target' must hold integer class indices or "
@@ -779,12 +925,11 @@ def logistic_loss(logits: torch.Tensor, target: torch.Tensor,
     if target.shape != z.shape:
         raise ValueError(f"{func}: argument 'target' must have the shape of 'logits' "
                          f"{tuple(z.shape)}, got {tuple(target.shape)}")
-    if bool(~torch.isfinite(z).all()):
-        from softmaxbook._validate import check_finite
-        check_finite(z, "logits", func)
+    if bool(~_plain(torch.isfinite(z)).all()):
+        _check_finite(z, "logits", func)
     y = target.to(_to_working(z).dtype)
     check_no_nan(y, "target", func)
-    if bool(((y < 0) | (y > 1)).any()):
+    if bool(_plain((y < 0) | (y > 1)).any()):
         raise ValueError(f"{func}: argument 'target' must lie in [0, 1]")
     w = _to_working(z)
     # softplus(z) - y z with softplus(z) = max(z, 0) + log1p(exp(-|z|)): exp never sees a
