@@ -891,3 +891,44 @@ def test_gumbel_functions_under_vmap_still_validate_values():
             torch.tensor([[0.0, 1.0], [-math.inf, -math.inf]]))
     with pytest.raises(ValueError, match="^log1mexp: argument 'x' must be <= 0"):
         tf.vmap(log1mexp)(torch.tensor([[-1.0], [0.5]]))
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 17: gumbel_topk's perturbed values, gumbel_with_max's true argmax
+# ------------------------------------------------------------------------------------------------
+def test_gumbel_topk_can_return_the_perturbed_logits():
+    logits = torch.tensor([[0.3, -1.0, 1.2, -math.inf, 0.0]], dtype=torch.float64,
+                          requires_grad=True)
+    idx, values = gumbel_topk(logits, 3, generator=gen(8), return_perturbed=True)
+    assert torch.equal(idx, gumbel_topk(logits, 3, generator=gen(8)))
+    noise = gm._standard_gumbel(logits.shape, torch.float64, logits.device, gen(8))
+    torch.testing.assert_close(values, (logits + noise).gather(-1, idx))
+    assert (values[..., :-1] >= values[..., 1:]).all()  # decreasing
+    values.sum().backward()  # d values / d logits: 1 at each drawn class
+    assert logits.grad.sum().item() == 3.0 and (logits.grad[0, idx[0]] == 1).all()
+    with pytest.raises(TypeError, match="^gumbel_topk: argument 'return_perturbed' must be a "
+                                        "bool"):
+        gumbel_topk(logits, 2, return_perturbed=1)
+
+
+@pytest.mark.parametrize("t", [-10.0, -20.0])
+def test_gumbel_with_max_returns_the_true_argmax_where_float32_ties(t):
+    # T far below Z squeezes each row's top towards T: in float32 several entries round to
+    # exactly T, and values.argmax(-1) (the first of them) is then often not the sampled maximum.
+    loc = torch.zeros(500, 30)
+    values, argmax = gumbel_with_max(loc, torch.full((500,), t), generator=gen(0),
+                                     return_argmax=True)
+    assert argmax.shape == (500,) and argmax.dtype == torch.long
+    # the true argmax: that of the unconditioned draw, which is where the maximum T sits
+    noise = gm._standard_gumbel(loc.shape, torch.float32, loc.device, gen(0))
+    assert torch.equal(argmax, noise.argmax(-1))
+    assert (values.gather(-1, argmax[:, None]) == t).all()
+    ties = (values == t).sum(-1)
+    assert ties.max() > 1  # the case is reached ...
+    assert (values.argmax(-1) != argmax).any()  # ... and argmax of the values is wrong there
+    # in float64 the same rows have no ties
+    values64, argmax64 = gumbel_with_max(loc.double(), torch.full((500,), t).double(),
+                                         generator=gen(0), return_argmax=True)
+    assert torch.equal(values64.argmax(-1), argmax64)
+    with pytest.raises(TypeError, match="^gumbel_with_max: argument 'return_argmax' must be"):
+        gumbel_with_max(loc, torch.zeros(500), return_argmax="yes")

@@ -511,16 +511,66 @@ def test_bad_temperature_is_rejected(f, t, err, msg):
         f(torch.zeros(3), temperature=t)
 
 
-@pytest.mark.parametrize("f", FUNCS, ids=NAMES)
-def test_empty_dim_is_rejected(f):
-    with pytest.raises(ValueError, match="argument 'x' has an empty dimension 1"):
-        f(torch.empty(3, 0))
+def test_empty_dim_follows_pytorch_and_scipy():
+    # Issue 17: an empty slice has nothing possible in it, like an all -inf slice: logsumexp
+    # -inf, (log-)softmax empty; with a zero gradient. (It used to raise "empty dimension".)
+    x = torch.empty(3, 0, requires_grad=True)
+    lse = logsumexp(x)
+    assert lse.shape == (3,) and torch.isneginf(lse).all()
+    assert torch.equal(lse, torch.logsumexp(x.detach(), dim=1))
+    lse.sum().backward()
+    assert x.grad.shape == (3, 0)
+    assert logsumexp(torch.empty(2, 0, 4), dim=1, keepdim=True).shape == (2, 1, 4)
+    assert softmax(torch.empty(3, 0)).shape == (3, 0)
+    assert log_softmax(torch.empty(2, 0, 4), dim=1).shape == (2, 0, 4)
 
 
-@pytest.mark.parametrize("f", FUNCS, ids=NAMES)
-def test_scalar_is_rejected(f):
-    with pytest.raises(ValueError, match="argument 'x' is a 0-d tensor"):
-        f(torch.tensor(1.0))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_scalar_is_one_category(dtype):
+    # Issue 17: a 0-d tensor is a single category (dim 0 or -1), as in PyTorch and SciPy.
+    x = torch.tensor(2.5, dtype=dtype, requires_grad=True)
+    out = logsumexp(x)
+    assert out.shape == () and out.item() == 2.5
+    out.backward()
+    assert x.grad.item() == 1.0
+    assert softmax(x).item() == 1.0 and log_softmax(x, dim=0).item() == 0.0
+    dead = torch.tensor(-INF, dtype=dtype)
+    assert softmax(dead).item() == 0.0 and log_softmax(dead).item() == -INF
+    assert logsumexp(dead).item() == -INF
+    with pytest.raises(ValueError, match="^softmax: argument 'dim'=1 is out of range for a 0-d"):
+        softmax(x, dim=1)
+
+
+def test_logsumexp_over_several_dims():
+    gen_ = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 4, 5, dtype=torch.float64, generator=gen_) * 30
+    x[0, 1, :, 2] = -INF
+    x[1, :, :, 4] = -INF  # an all -inf slice over dims (1, 2)
+    for dims in [(0, 2), (2, 0), (1, 2), (-1, 1), (0, 1, 2, 3), [3, 1]]:
+        for keepdim in (False, True):
+            ours = logsumexp(x, dim=dims, keepdim=keepdim)
+            torch.testing.assert_close(ours, torch.logsumexp(x, dim=tuple(dims),
+                                                             keepdim=keepdim))
+    # the gradient is the softmax over the flattened slice; 0 (not NaN) on the all -inf one
+    xr = x.clone().requires_grad_()
+    logsumexp(xr, dim=(1, 2)).sum().backward()
+    flat = x.movedim((1, 2), (2, 3)).flatten(2)
+    expected = torch.softmax(flat, -1).nan_to_num(0.0).unflatten(-1, (3, 4)).movedim(
+        (2, 3), (1, 2))
+    torch.testing.assert_close(xr.grad, expected)
+    assert torch.isfinite(xr.grad).all()
+    # near 0 the result keeps its digits over several dims too (the repair path)
+    y = torch.tensor([[0.0, -40.0], [-40.0, -45.0]])
+    assert logsumexp(y, dim=(0, 1)).item() > 0
+    assert math.isclose(logsumexp(y, dim=(0, 1)).item(),
+                        math.log1p(2 * math.exp(-40) + math.exp(-45)), rel_tol=1e-6)
+    with pytest.raises(ValueError, match="^logsumexp: argument 'dim'=\\(1, -2\\) names a "
+                                         "dimension twice"):
+        logsumexp(x[0], dim=(1, -2))
+    with pytest.raises(ValueError, match="^logsumexp: argument 'dim' is an empty tuple"):
+        logsumexp(x, dim=())
+    with pytest.raises(ValueError, match="^logsumexp: argument 'dim'=4 is out of range"):
+        logsumexp(x, dim=(0, 4))
 
 
 @pytest.mark.parametrize("f", FUNCS, ids=NAMES)
@@ -726,6 +776,7 @@ FUNC_CASES = {
     "log_softmax_dim0": lambda a: log_softmax(a[:2], dim=0),
     "logsumexp": lambda a: logsumexp(a),
     "logsumexp_keepdim": lambda a: logsumexp(a, dim=1, keepdim=True),
+    "logsumexp_dims": lambda a: logsumexp(a.unflatten(1, (2, 2)), dim=(0, 2)),
     "softplus": lambda a: softplus(a.clamp(min=-50)),
     "log_sigmoid": lambda a: log_sigmoid(a.clamp(min=-50)),
     "cross_entropy": lambda a: cross_entropy(a[:2], torch.tensor([0, 2]), reduction="none"),

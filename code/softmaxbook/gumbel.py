@@ -7,7 +7,9 @@ Conventions used by every function here:
 * Logits (locations) live in the **last** dimension; all leading dimensions are batch dimensions.
 * A logit of ``-inf`` means "impossible": its Gumbel is ``-inf`` and it is never sampled. A row
   whose logits are all ``-inf`` has nothing to sample and is an error. ``NaN`` and ``+inf`` are
-  errors.
+  errors. So are empty rows and 0-d logits, deliberately unlike the softmax functions (which
+  follow PyTorch and SciPy there): a value of an empty reduction exists (``-inf``), a sample
+  from an empty row does not, and a 0-d tensor has no dimension of classes to sample from.
 * Randomness comes only from the optional keyword ``generator`` (a ``torch.Generator`` on the
   device of the tensors); results are on the device, and in the floating dtype, of the inputs.
 * ``torch.func`` works (``grad``, ``jvp``, ``vmap``, ``jacrev``; ``jacfwd`` with
@@ -305,7 +307,8 @@ def _keepdim_maximum(maximum: torch.Tensor, loc: torch.Tensor, func: str) -> tor
     return m
 
 
-def gumbel_with_max(loc: torch.Tensor, maximum: torch.Tensor, *, generator=None) -> torch.Tensor:
+def gumbel_with_max(loc: torch.Tensor, maximum: torch.Tensor, *, generator=None,
+                    return_argmax: bool = False):
     """Sample Gumbels ``G_i ~ Gumbel(loc_i)`` over the last dimension, conditioned on ``max_i G_i = maximum``.
 
     We draw unconditioned Gumbels ``G_i`` with maximum ``Z`` and map each through the monotone
@@ -329,12 +332,30 @@ def gumbel_with_max(loc: torch.Tensor, maximum: torch.Tensor, *, generator=None)
         ``-inf`` gives a row of ``-inf``; NaN and ``+inf`` are errors.
     generator : torch.Generator, optional
 
+    return_argmax : bool, default False
+        Also return the index of the maximum of each row.
+
     Returns
     -------
     Tensor of shape ``broadcast(loc.shape, maximum_keepdim.shape)``, promoted dtype; its max
-    over the last dimension equals ``maximum`` exactly.
+    over the last dimension equals ``maximum`` exactly. With ``return_argmax=True``, the pair
+    ``(values, argmax)``, ``argmax`` a LongTensor of the batch shape: the entry that is the
+    maximum by construction (the argmax of the unconditioned Gumbels, which the monotone map
+    keeps in place; 0 for a row whose ``maximum`` is ``-inf``).
+
+    Notes
+    -----
+    Ties in the output. When ``T`` lies far below the unconditioned maximum ``Z``, the map
+    squeezes the top of a row towards ``T``, and in float32 entries near the top can round to
+    exactly ``T``: ``values.argmax(-1)`` then names the first of the tied entries, which need
+    not be the sampled maximum (``tests/test_gumbel.py`` builds such rows and counts them). Use
+    ``return_argmax=True`` when the identity of the maximum matters (e.g. the winner of a
+    Gumbel-max sample with a given maximum); float64 makes such ties far rarer.
     """
     func = "gumbel_with_max"
+    if not isinstance(return_argmax, bool):
+        raise TypeError(f"{func}: argument 'return_argmax' must be a bool, got "
+                        f"{type(return_argmax).__name__}")
     _check_loc(loc, "loc", func)
     if loc.dim() == 0:
         raise ValueError(f"{func}: argument 'loc' is a 0-d tensor; it needs a last dimension of items")
@@ -376,7 +397,11 @@ def gumbel_with_max(loc: torch.Tensor, maximum: torch.Tensor, *, generator=None)
     out = t_safe - _softplus(v)
     out = torch.where(is_max, t_safe.expand_as(out), out)
     # G = -inf (impossible item): d = -inf, log1mexp(-inf) = 0, v = +inf, softplus = +inf -> -inf.
-    return torch.where(t_dead, torch.full_like(out, -math.inf), out)
+    out = torch.where(t_dead, torch.full_like(out, -math.inf), out)
+    if return_argmax:
+        # the argmax of the unconditioned draw: exact, while out may hold rounded ties at T
+        return out, g.detach().argmax(dim=-1)
+    return out
 
 
 def _gumbel_with_max_top(loc: torch.Tensor, t: torch.Tensor, m: int, generator):
@@ -576,7 +601,8 @@ def gumbel_softmax(logits: torch.Tensor, tau, *, hard: bool = False, dim: int = 
     return soft if soft.dtype == dtype else soft.to(dtype)
 
 
-def gumbel_topk(logits: torch.Tensor, k: int, *, generator=None) -> torch.Tensor:
+def gumbel_topk(logits: torch.Tensor, k: int, *, generator=None,
+                return_perturbed: bool = False):
     """Sample ``k`` distinct classes per row without replacement, in sampled order (Gumbel-top-k).
 
     The indices of the ``k`` largest ``logits_i + G_i`` (in decreasing order) are distributed as
@@ -592,11 +618,21 @@ def gumbel_topk(logits: torch.Tensor, k: int, *, generator=None) -> torch.Tensor
     k : int, ``1 <= k <= n``
     generator : torch.Generator, optional
 
+    return_perturbed : bool, default False
+        Also return the perturbed logits ``logits_i + G_i`` of the drawn classes (decreasing),
+        differentiable in ``logits``; e.g. the ``(k+1)``-th of them is the threshold of the
+        estimators that stochastic beam search uses (Kool et al. 2019, section 4.2).
+
     Returns
     -------
-    LongTensor of shape ``(..., k)``: the drawn classes, first draw first.
+    LongTensor of shape ``(..., k)``: the drawn classes, first draw first. With
+    ``return_perturbed=True``, the pair ``(indices, perturbed)``, ``perturbed`` of shape
+    ``(..., k)`` in the dtype of ``logits``.
     """
     func = "gumbel_topk"
+    if not isinstance(return_perturbed, bool):
+        raise TypeError(f"{func}: argument 'return_perturbed' must be a bool, got "
+                        f"{type(return_perturbed).__name__}")
     _check_logits(logits, func)
     n = logits.shape[-1]
     k = check_int(k, "k", func, minimum=1)
@@ -609,7 +645,7 @@ def gumbel_topk(logits: torch.Tensor, k: int, *, generator=None) -> torch.Tensor
     perturbed = perturbed + logits if _wrapped(logits) else perturbed.add_(logits)
     values, idx = perturbed.topk(k, dim=-1, largest=True, sorted=True)
     _check_top_values(values, logits, func, k)
-    return idx
+    return (idx, values) if return_perturbed else idx
 
 
 def plackett_luce_log_prob(logits: torch.Tensor, ordered: torch.Tensor) -> torch.Tensor:

@@ -10,9 +10,14 @@ Conventions shared by every function here
   convention, not an error: ``logsumexp`` gives ``-inf``, ``softmax`` all zeros, ``log_softmax``
   all ``-inf``, and every gradient (first and second derivative) through it is ``0``, never NaN.
   PyTorch's own functions give NaN there (pytorch issue 31829, :cite:`pytorch31829`).
-* NaN or ``+inf`` in the logits, a temperature that is not a finite number > 0, an empty ``dim``,
-  and integer, boolean or complex tensors are rejected with a ``ValueError``/``TypeError`` that
-  names the argument.
+* NaN or ``+inf`` in the logits, a temperature that is not a finite number > 0, and integer,
+  boolean or complex tensors are rejected with a ``ValueError``/``TypeError`` that names the
+  argument.
+* The two edges follow PyTorch and SciPy: an *empty* ``dim`` is an empty slice, nothing is
+  possible in it, so (as for an all ``-inf`` slice) ``logsumexp`` gives ``-inf`` and
+  ``softmax`` / ``log_softmax`` an empty tensor; a *0-d* tensor is a single category (``dim``
+  0 or -1): ``logsumexp(x) = x``, ``softmax`` 1 and ``log_softmax`` 0 (0 and ``-inf`` for
+  ``x = -inf``).
 * ``float16`` and ``bfloat16`` inputs are computed in ``float32`` and returned in their own dtype;
   ``float32`` and ``float64`` are computed in their own precision.
 * ``torch.func`` works: ``grad``, ``jvp`` (forward mode), ``vmap``, ``jacrev``, ``jacfwd`` and
@@ -129,10 +134,63 @@ def _exact_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "mps" else torch.float64
 
 
-def _check_x(x, dim, func: str) -> tuple[torch.Tensor, int]:
+def _check_x(x, dim, func: str, *, edges: bool = False, several: bool = False):
+    """Check the logits ``x`` and ``dim`` of a public function; every public function that
+    takes logits calls this (the exercise checks rely on it to detect the library).
+
+    ``edges=False`` returns ``(x, dim)`` and refuses 0-d tensors and empty dimensions;
+    ``edges=True`` (logsumexp, softmax, log_softmax) returns ``(x, dim, scalar)`` and follows
+    PyTorch and SciPy there (see :func:`_check_slices`)."""
+    if edges:
+        return _check_slices(x, dim, func, several=several)
     x = as_float_tensor(x, "x", func, allow_empty=True)
     dim = check_dim(x, dim, "x", func)
     return x, dim
+
+
+def _one_dim(x: torch.Tensor, dim, func: str) -> int:
+    """``dim`` as a non-negative int for ``x`` (which has at least one dimension); unlike
+    ``check_dim``, an empty dimension is allowed (see :func:`_check_slices`)."""
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"{func}: argument 'dim' must be an int, got {type(dim).__name__}")
+    if not -x.dim() <= dim < x.dim():
+        raise ValueError(f"{func}: argument 'dim'={dim} is out of range for 'x' with "
+                         f"{x.dim()} dimension(s) (shape {tuple(x.shape)})")
+    return dim % x.dim()
+
+
+def _check_slices(x, dim, func: str, *, several: bool = False):
+    """Check ``x`` and ``dim`` for logsumexp / softmax / log_softmax, following PyTorch and
+    SciPy at the two edges:
+
+    * a 0-d tensor is a single category (``dim`` must be 0 or -1): it is returned with a
+      dimension of size 1 in front, and ``scalar=True`` tells the caller to remove it again;
+    * an empty dimension is an empty slice, which has no possible category: by the convention
+      for all ``-inf`` slices, its log-sum-exp is ``-inf`` and its (log-)softmax is empty.
+
+    ``several``: ``dim`` may also be a tuple or list of distinct dims (logsumexp). Returns
+    ``(x, dim, scalar)`` with ``dim`` non-negative (a tuple when several were given).
+    """
+    x = as_float_tensor(x, "x", func, allow_empty=True)
+    scalar = x.dim() == 0
+    if scalar:
+        dims = tuple(dim) if several and isinstance(dim, (tuple, list)) else (dim,)
+        for d in dims:
+            if isinstance(d, bool) or not isinstance(d, int):
+                raise TypeError(f"{func}: argument 'dim' must be an int, got {type(d).__name__}")
+            if d not in (0, -1):
+                raise ValueError(f"{func}: argument 'dim'={d} is out of range for a 0-d 'x' "
+                                 "(a single category): use 0 or -1")
+        return x.unsqueeze(0), (0 if not isinstance(dim, (tuple, list)) else (0,)), True
+    if several and isinstance(dim, (tuple, list)):
+        if len(dim) == 0:
+            raise ValueError(f"{func}: argument 'dim' is an empty tuple; name at least one "
+                             "dimension to reduce over")
+        dims = tuple(_one_dim(x, d, func) for d in dim)
+        if len(set(dims)) != len(dims):
+            raise ValueError(f"{func}: argument 'dim'={tuple(dim)} names a dimension twice")
+        return x, (dims if len(dims) > 1 else dims[0]), False
+    return x, _one_dim(x, dim, func), False
 
 
 def _check_temperature(temperature, func: str) -> float:
@@ -519,19 +577,21 @@ def _to_working(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == w else x.to(w)
 
 
-def logsumexp(x: torch.Tensor, dim: int = -1, keepdim: bool = False, *,
+def logsumexp(x: torch.Tensor, dim: int | tuple[int, ...] = -1, keepdim: bool = False, *,
               exact: bool = False) -> torch.Tensor:
     r"""Log-sum-exp :math:`\log \sum_j e^{x_j}` along ``dim``, without overflow.
 
     Parameters
     ----------
     x : torch.Tensor, shape ``(..., n, ...)``
-        Floating-point logits; ``n`` (the size of ``dim``) must be at least 1. ``-inf`` is
-        allowed (an impossible category), NaN and ``+inf`` are not.
-    dim : int
-        The dimension to reduce. Default: the last.
+        Floating-point logits. ``-inf`` is allowed (an impossible category), NaN and ``+inf``
+        are not. ``n = 0`` (an empty slice) gives ``-inf``; a 0-d ``x`` is one category and
+        gives ``x`` (PyTorch's and SciPy's conventions).
+    dim : int or tuple of ints
+        The dimension(s) to reduce, distinct. Default: the last. Over several dimensions the
+        slices are flattened first (the same numbers as reducing over one dimension).
     keepdim : bool
-        Keep ``dim`` as a dimension of size 1 in the result.
+        Keep each reduced dimension as a dimension of size 1 in the result.
     exact : bool
         ``False`` (default): PyTorch's fused kernel, repaired where it fails (see the module
         notes). ``True``: every slice by the exact algorithm in float64 (about 3-5 times
@@ -541,7 +601,7 @@ def logsumexp(x: torch.Tensor, dim: int = -1, keepdim: bool = False, *,
     -------
     torch.Tensor
         Shape of ``x`` without ``dim`` (or with size 1 there if ``keepdim``), dtype of ``x``.
-        ``-inf`` for a slice that is entirely ``-inf``.
+        ``-inf`` for a slice that is entirely ``-inf`` (or empty).
 
     Notes
     -----
@@ -558,10 +618,12 @@ def logsumexp(x: torch.Tensor, dim: int = -1, keepdim: bool = False, *,
     tensor(-inf)
     """
     func = "logsumexp"
-    x, dim = _check_x(x, dim, func)
+    x, dim, scalar = _check_x(x, dim, func, edges=True, several=True)
     keepdim = _bool_arg(keepdim, "keepdim", func)
     dtype = x.dtype
     out = _LogSumExp.apply(_to_working(x), dim, keepdim, _bool_arg(exact, "exact", func))
+    if scalar:
+        out = out.squeeze(0)
     return out if out.dtype == dtype else out.to(dtype)
 
 
@@ -573,7 +635,8 @@ def softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0, *,
     ----------
     x : torch.Tensor, shape ``(..., n, ...)``
         Floating-point logits. ``-inf`` means "impossible" (probability exactly 0); NaN and
-        ``+inf`` are rejected.
+        ``+inf`` are rejected. ``n = 0`` gives an empty result; a 0-d ``x`` is one category
+        (probability 1, or 0 if it is ``-inf``).
     dim : int
         The dimension holding the categories. Default: the last.
     temperature : float
@@ -604,10 +667,12 @@ def softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0, *,
     tensor([7.3103e-01, 2.6893e-01, 3.3189e-05])
     """
     func = "softmax"
-    x, dim = _check_x(x, dim, func)
+    x, dim, scalar = _check_x(x, dim, func, edges=True)
     temperature = _check_temperature(temperature, func)
     dtype = x.dtype
     out = _Softmax.apply(_to_working(x), dim, temperature, _bool_arg(exact, "exact", func))
+    if scalar:
+        out = out.squeeze(0)
     return out if out.dtype == dtype else out.to(dtype)
 
 
@@ -618,7 +683,8 @@ def log_softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0, *,
     Parameters
     ----------
     x : torch.Tensor, shape ``(..., n, ...)``
-        Floating-point logits (``-inf`` allowed, NaN and ``+inf`` rejected).
+        Floating-point logits (``-inf`` allowed, NaN and ``+inf`` rejected). ``n = 0`` gives
+        an empty result; a 0-d ``x`` is one category (log-probability 0, or ``-inf``).
     dim : int
         The dimension holding the categories. Default: the last.
     temperature : float
@@ -647,10 +713,12 @@ def log_softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0, *,
     tensor([-9.3576e-14, -3.0000e+01])
     """
     func = "log_softmax"
-    x, dim = _check_x(x, dim, func)
+    x, dim, scalar = _check_x(x, dim, func, edges=True)
     temperature = _check_temperature(temperature, func)
     dtype = x.dtype
     out = _LogSoftmax.apply(_to_working(x), dim, temperature, _bool_arg(exact, "exact", func))
+    if scalar:
+        out = out.squeeze(0)
     return out if out.dtype == dtype else out.to(dtype)
 
 
@@ -829,7 +897,9 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, dim: int = -1,
     Parameters
     ----------
     logits : torch.Tensor, shape ``(..., K, ...)``
-        Floating-point logits, categories along ``dim``; ``-inf`` means impossible.
+        Floating-point logits, categories along ``dim``; ``-inf`` means impossible. ``K >= 1``
+        and at least one dimension: a loss needs a class to be right about (unlike
+        :func:`logsumexp`, which follows PyTorch at the empty and 0-d edges).
     target : torch.Tensor
         Either integer class indices with the shape of ``logits`` without ``dim``, values in
         ``[0, K)``; or floating-point probabilities with the shape of ``logits`` (non-negative;
