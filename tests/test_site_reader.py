@@ -130,3 +130,33 @@ def test_references_show_no_raw_latex(visit, page):
         .map(e => e.textContent.replace(/\\s+/g, ' ').trim())
         .filter(t => new RegExp(re).test(t))""", RAW_LATEX)
     assert raw == [], f"{page}: references with raw LaTeX: {raw}"
+
+
+DISPLAY_MATH = 'div.math mjx-container[display="true"]'
+
+
+def _wide_equations(page) -> list[dict]:
+    return page.evaluate("""sel => Array.from(document.querySelectorAll(sel))
+        .filter(c => c.scrollWidth > c.clientWidth + 1)
+        .map(c => { const s = getComputedStyle(c), d = c.closest('div.math');
+            return {id: d ? d.id : '', width: c.scrollWidth, room: c.clientWidth,
+                    overflow: s.overflowX, image: s.backgroundImage,
+                    attachment: s.backgroundAttachment}; })""", DISPLAY_MATH)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_display_equations_fit_their_column_on_a_desktop(visit, page):
+    v = visit(page, *DESKTOP)
+    wide = [(e["id"], e["width"], e["room"]) for e in _wide_equations(v.page)]
+    assert wide == [], f"{page}: display equations wider than their column (id, px, room): {wide}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_wide_equations_show_that_they_scroll_on_a_phone(visit, page):
+    """An equation wider than a phone's column scrolls in its own box, with a shadow at the edge
+    where more of it lies (book.css); nothing is cut off without a cue."""
+    v = visit(page, *PHONE)
+    for e in _wide_equations(v.page):
+        assert e["overflow"] in ("auto", "scroll"), f"{page}: {e['id']} is cut off: {e}"
+        assert "radial-gradient" in e["image"] and "local" in e["attachment"], (
+            f"{page}: {e['id']} scrolls with no visible cue: {e}")

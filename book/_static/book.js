@@ -29,3 +29,65 @@
     forwardToggles();
   }
 })();
+
+/* Display equations a little wider than their column are set a little smaller, down to
+   MIN_SCALE of their size, so that they fit (at 1280 px some were cut off by 7 to 140 px). Wider
+   ones keep their size and scroll inside their own box; book.css draws a shadow at the edge where
+   more of the equation lies, and such a box joins the tab order so that a keyboard can scroll it. */
+(function () {
+  var MIN_SCALE = 0.8;
+  var SELECTOR = 'div.math mjx-container[display="true"]';
+
+  function fit() {
+    document.querySelectorAll(SELECTOR).forEach(function (box) {
+      if (box.dataset.bookFontSize === undefined) {
+        box.dataset.bookFontSize = box.style.fontSize || "";
+      }
+      box.style.fontSize = box.dataset.bookFontSize;
+      var room = box.clientWidth, width = box.scrollWidth;
+      var scrolls = false;
+      if (room > 0 && width > room + 1) {
+        var scale = room / width;
+        if (scale >= MIN_SCALE) {
+          var base = parseFloat(box.dataset.bookFontSize) || 100;
+          box.style.fontSize = (Math.floor(base * scale * 0.995 * 10) / 10) + "%";
+          scrolls = box.scrollWidth > box.clientWidth + 1;
+        } else {
+          scrolls = true;
+        }
+      }
+      if (scrolls) {
+        box.setAttribute("tabindex", "0");
+        box.classList.add("book-scrolls");
+      } else if (box.classList.contains("book-scrolls")) {
+        box.removeAttribute("tabindex");
+        box.classList.remove("book-scrolls");
+      }
+    });
+  }
+
+  var timer = null;
+  function fitLater() {
+    clearTimeout(timer);
+    timer = setTimeout(fit, 150);
+  }
+
+  function start() {
+    var mj = window.MathJax;
+    if (!mj || !mj.startup || !mj.startup.promise) {
+      return;
+    }
+    var ready = [mj.startup.promise];
+    if (document.fonts && document.fonts.ready) {
+      ready.push(document.fonts.ready);
+    }
+    Promise.all(ready).then(fit);
+    window.addEventListener("resize", fitLater);
+  }
+  if (document.readyState === "complete") {
+    start();
+  } else {
+    window.addEventListener("load", start);
+  }
+})();
+
