@@ -249,3 +249,35 @@ def test_training_learns_where_to_look():
         train_glimpse("soft", train, test, baseline_decay=1.0)
     with pytest.raises(TypeError, match="argument 'test'"):
         train_glimpse("soft", train, None)
+
+
+def test_evaluate_soft_uses_the_soft_prediction():
+    # A soft-attention model predicts from the mixture of patches: evaluate(soft=True) must
+    # score argmax p(y | sum_i alpha_i a_i), which differs from the hard marginal predictive.
+    t = _task(60, 4, seed=3)
+    model = _model(5)
+    with torch.no_grad():
+        scores = model.scores(t.annotations)
+        z, _ = soft_attention(scores, t.annotations)
+        soft_pred = model.log_probs(z).argmax(-1)
+        alpha = torch.softmax(scores, -1)
+        hard_pred = (alpha.unsqueeze(-1) * model.log_probs(t.annotations).exp()).sum(1).argmax(-1)
+    assert not torch.equal(soft_pred, hard_pred)  # the test can tell them apart
+    assert evaluate(model, t, soft=True)["accuracy"] == float((soft_pred == t.labels).double().mean())
+    assert evaluate(model, t)["accuracy"] == float((hard_pred == t.labels).double().mean())
+    with pytest.raises(TypeError, match="argument 'task'"):
+        evaluate(model, (t.annotations, t.labels))
+
+
+def test_train_glimpse_calls_on_eval_at_every_evaluation():
+    t = _task(80, 4, seed=1, dtype=torch.float32)
+    train, test = t.split(60)
+    seen = []
+    torch.manual_seed(0)
+    _, h = train_glimpse("reinforce-baseline", train, test, steps=10, eval_every=4,
+                         generator=torch.Generator().manual_seed(0),
+                         on_eval=lambda step, model, b: seen.append((step, b)))
+    assert [s for s, _ in seen] == h.steps == [0, 4, 8, 10]
+    assert seen[0][1] == 0.0 and seen[-1][1] < 0  # the moving average of negative rewards
+    with pytest.raises(TypeError, match="argument 'on_eval'"):
+        train_glimpse("soft", train, test, steps=1, on_eval=3)

@@ -402,12 +402,25 @@ class TrainHistory:
 
 
 @torch.no_grad()
-def evaluate(model: GlimpseNet, task: GlimpseTask) -> dict:
-    """Accuracy of ``argmax_y sum_s alpha_s p(y | s, a)``, mean attention on the target, the
-    mean exact marginal log-likelihood and the mean Jensen gap, on ``task``."""
+def evaluate(model: GlimpseNet, task: GlimpseTask, *, soft: bool = False) -> dict:
+    """Accuracy, mean attention on the target, the mean exact marginal log-likelihood and the
+    mean Jensen gap, on ``task``.
+
+    The accuracy is that of the model's own prediction: ``argmax_y sum_s alpha_s p(y | s, a)``
+    for a hard-attention model, ``argmax_y p(y | z)`` with the soft context ``z`` when ``soft``
+    (a soft-attention model was trained on mixtures of patches, not on single ones).
+    """
+    if not isinstance(task, GlimpseTask):
+        raise TypeError(f"evaluate: argument 'task' must be a GlimpseTask, got "
+                        f"{type(task).__name__}")
     a, y = task.annotations, task.labels
-    alpha = torch.softmax(model.scores(a), dim=-1)
-    predictive = (alpha.unsqueeze(-1) * model.log_probs(a).exp()).sum(dim=1)
+    _check_batch(model, a, y, "evaluate")
+    scores = model.scores(a)
+    alpha = torch.softmax(scores, dim=-1)
+    if soft:
+        predictive = model.log_probs(soft_attention(scores, a)[0])
+    else:
+        predictive = (alpha.unsqueeze(-1) * model.log_probs(a).exp()).sum(dim=1)
     ll = marginal_log_lik(model, a, y)
     return {
         "accuracy": float((predictive.argmax(-1) == y).double().mean()),
@@ -420,14 +433,17 @@ def evaluate(model: GlimpseNet, task: GlimpseTask) -> dict:
 def train_glimpse(method: str, train: GlimpseTask, test: GlimpseTask, *, steps: int = 600,
                   batch_size: int = 64, lr: float = 3e-3, hidden: int = 32,
                   entropy_weight: float = 0.01, baseline_decay: float = 0.9, tau: float = 1.0,
-                  eval_every: int = 50, generator=None, model: GlimpseNet | None = None):
+                  eval_every: int = 50, generator=None, model: GlimpseNet | None = None,
+                  on_eval=None):
     """Train a :class:`GlimpseNet` with one of :data:`METHODS` (Adam); returns
     ``(model, TrainHistory)``.
 
     The moving-average baseline follows Xu et al. 2015: after each step
     ``b <- decay * b + (1 - decay) * mean reward``, used by the next step. The initial weights come
     from torch's global generator unless ``model`` is given; minibatches and attention samples
-    from ``generator``.
+    from ``generator``. The accuracy recorded for ``"soft"`` is that of the soft prediction (see
+    :func:`evaluate`). ``on_eval(step, model, baseline)``, if given, is called at every
+    evaluation (for snapshots; it must not change the model).
     """
     func = "train_glimpse"
     if method not in METHODS:
@@ -444,6 +460,9 @@ def train_glimpse(method: str, train: GlimpseTask, test: GlimpseTask, *, steps: 
         raise ValueError(f"{func}: argument 'baseline_decay' must be in [0, 1), got "
                          f"{baseline_decay}")
     check_generator(generator, "cpu", func)
+    if on_eval is not None and not callable(on_eval):
+        raise TypeError(f"{func}: argument 'on_eval' must be callable, got "
+                        f"{type(on_eval).__name__}")
     dim = train.annotations.shape[-1]
     if model is None:
         model = GlimpseNet(dim, hidden).to(train.annotations.dtype)
@@ -453,10 +472,12 @@ def train_glimpse(method: str, train: GlimpseTask, test: GlimpseTask, *, steps: 
     n = len(train)
     for step in range(steps + 1):
         if step % eval_every == 0 or step == steps:
-            stats = evaluate(model, test)
+            stats = evaluate(model, test, soft=method == "soft")
             history.steps.append(step)
             for key, value in stats.items():
                 getattr(history, key).append(value)
+            if on_eval is not None:
+                on_eval(step, model, baseline)
         if step == steps:
             break
         idx = torch.randint(n, (min(batch_size, n),), generator=generator)

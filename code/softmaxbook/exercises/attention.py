@@ -1,0 +1,185 @@
+"""Checks for the coding exercises of the chapter "Learning through discrete choices: hard attention
+and Seq-GAN" (book/09_hard_attention.ipynb).
+
+* ``attention-score-term``: the score-function (REINFORCE) term for a categorical location,
+  ``(r - b) * grad_e log alpha_s = (r - b) (onehot(s) - softmax(e))``, per example.
+* ``attention-baseline``: the moving-average baseline of Xu et al. (2015) along a run: the value
+  used at step t comes from the rewards of the steps *before* t.
+* ``attention-marginal``: the exact ``log p(y | a) = log sum_s alpha_s p(y | s, a)`` from
+  ``log alpha`` and ``log p(y | s, a)``, stable when every ``p(y | s, a)`` underflows, without
+  the library's :func:`~softmaxbook.attention.marginal_log_lik`.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+import torch
+
+from . import call, describe, exercise, expect_close, expect_true
+from .. import attention
+
+
+@contextmanager
+def _watch_calls(*targets):
+    """Record whether any of the functions ``targets`` is entered while the block runs (a profile
+    hook sees the call however the learner imported the function)."""
+    codes = {t.__code__: t.__name__ for t in targets}
+    seen = []
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            seen.append(codes[frame.f_code])
+
+    old = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(old)
+
+
+def _t(x):
+    return torch.tensor(x, dtype=torch.float64)
+
+
+# ------------------------------------------------------------------------------------------------
+# attention-score-term
+_SCORE_CASES = [
+    # (description, scores [n, L], locations [n], rewards [n], baseline)
+    ("scores [[0, 0, 0, 0]], location [2], reward [-1.5], baseline 0",
+     [[0.0, 0.0, 0.0, 0.0]], [2], [-1.5], 0.0),
+    ("scores [[1, -2, 0.5], [0, 3, -1]], locations [0, 2], rewards [-0.3, -2.0], baseline -1",
+     [[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]], [0, 2], [-0.3, -2.0], -1.0),
+    ("3 examples over L = 5, rewards [-0.2, -4, -1], baseline -1.2",
+     [[0.3, -1.0, 2.0, 0.0, 0.7], [1.5, 1.5, -0.5, 0.2, -2.0], [0.0, 0.1, 0.2, 0.3, 0.4]],
+     [4, 0, 2], [-0.2, -4.0, -1.0], -1.2),
+    ("scores [[1000, 999, 990]] (large), location [1], reward [-0.7], baseline -0.2",
+     [[1000.0, 999.0, 990.0]], [1], [-0.7], -0.2),
+    ("scores [[0, -inf, 1]] (never look at location 1), location [2], reward [-1], baseline 0",
+     [[0.0, float("-inf"), 1.0]], [2], [-1.0], 0.0),
+]
+
+
+def _score_term_reference(scores, locations, rewards, baseline):
+    alpha = torch.softmax(scores, dim=-1)
+    onehot = torch.nn.functional.one_hot(locations, scores.shape[-1]).to(scores.dtype)
+    return (rewards - baseline)[:, None] * (onehot - alpha)
+
+
+@exercise("attention-score-term", "the REINFORCE term for a categorical location")
+def _check_score_term(score_term):
+    """``score_term(scores, locations, rewards, baseline)`` -> ``[n, L]``."""
+    for desc, e, s, r, b in _SCORE_CASES:
+        scores, locations, rewards = _t(e), torch.tensor(s), _t(r)
+        args = (scores.clone(), locations.clone(), rewards.clone(), b)
+        got = call(score_term, *args, input_desc=desc)
+        expect_true(isinstance(got, torch.Tensor) and got.shape == scores.shape,
+                    f"for input {desc} the result should be a tensor of shape "
+                    f"{tuple(scores.shape)} (one gradient per example and location), got "
+                    f"{describe(got)}.")
+        expect_true(bool(torch.isfinite(got).all()),
+                    f"for input {desc} the result contains NaN or inf: {describe(got)}.",
+                    hint="exp of a large score overflows and exp(-inf) times an infinite "
+                         "log is NaN: the probabilities alpha = softmax(e) are all you need, "
+                         "and torch.softmax computes them stably.")
+        expect_true(torch.equal(args[0], scores) and torch.equal(args[2], rewards),
+                    f"for input {desc} your function changed its inputs in place.")
+        expect_close(got.detach(), _score_term_reference(scores, locations, rewards, b),
+                     input_desc=desc, rtol=1e-9, atol=1e-12, what="score-function term",
+                     hint="differentiate log alpha_s = e_s - log sum_j exp(e_j) with respect "
+                          "to every e_j (each row on its own), and remember what multiplies "
+                          "it in the estimator, baseline included.")
+    return len(_SCORE_CASES)
+
+
+# ------------------------------------------------------------------------------------------------
+# attention-baseline
+_BASELINE_CASES = [
+    # (description, rewards [S, n], decay)
+    ("rewards [[-2.0, -2.0]] (one step), decay 0.9", [[-2.0, -2.0]], 0.9),
+    ("rewards [[-1, -3], [-0.5, -0.5], [0, -1]], decay 0.9",
+     [[-1.0, -3.0], [-0.5, -0.5], [0.0, -1.0]], 0.9),
+    ("rewards [[-2.3, -2.1, -2.5], [-1.0, -0.2, -0.6], [-0.1, -0.3, 0.0], [-0.05, -0.1, -0.2]], "
+     "decay 0.5",
+     [[-2.3, -2.1, -2.5], [-1.0, -0.2, -0.6], [-0.1, -0.3, 0.0], [-0.05, -0.1, -0.2]], 0.5),
+    ("rewards of 6 steps x 1 example, decay 0.0",
+     [[-3.0], [-2.0], [-1.5], [-1.0], [-0.5], [-0.25]], 0.0),
+]
+
+
+def _baseline_reference(rewards, decay):
+    out, b = [], 0.0
+    for row in rewards:
+        out.append(b)
+        b = decay * b + (1 - decay) * float(row.mean())
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@exercise("attention-baseline", "the moving-average baseline")
+def _check_baseline(baselines):
+    """``baselines(rewards, decay)`` -> ``[S]``: the baseline used at each of S steps."""
+    for desc, r, decay in _BASELINE_CASES:
+        rewards = _t(r)
+        got = call(baselines, rewards.clone(), decay, input_desc=desc)
+        expect_true(isinstance(got, torch.Tensor) and got.shape == rewards.shape[:1],
+                    f"for input {desc} the result should be a tensor of shape "
+                    f"{tuple(rewards.shape[:1])} (one baseline per step), got {describe(got)}.")
+        ref = _baseline_reference(rewards, decay)
+        # The commonest mistake, named: the baseline of step t already contains step t.
+        acausal = decay * ref + (1 - decay) * rewards.mean(dim=1)
+        expect_true(not (torch.allclose(got.double(), acausal, rtol=1e-9, atol=1e-12)
+                         and not torch.allclose(acausal, ref)),
+                    f"for input {desc} the baseline of each step already includes that step's "
+                    f"rewards: {describe(got)}.",
+                    hint="a baseline that depends on the current sample biases the estimator; "
+                         "use the value from before the step, then update it.")
+        expect_close(got.detach(), ref, input_desc=desc, rtol=1e-9, atol=1e-12,
+                     what="baselines",
+                     hint="the baseline starts at 0; after each step it moves a fraction "
+                          "(1 - decay) of the way towards that step's mean reward.")
+    return len(_BASELINE_CASES)
+
+
+# ------------------------------------------------------------------------------------------------
+# attention-marginal
+_MARGINAL_CASES = [
+    # (description, log_alpha [n, L] (normalised), loglik [n, L])
+    ("log_alpha = log [[0.5, 0.25, 0.25]], loglik [[-0.1, -2.3, -2.3]]",
+     [[0.5, 0.25, 0.25]], [[-0.1, -2.3, -2.3]]),
+    ("2 examples, L = 4",
+     [[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1]],
+     [[-3.0, -0.5, -1.0, -2.0], [-0.05, -4.0, -6.0, -2.5]]),
+    ("loglik [[-1000, -1001, -1003]] (every p(y | s, a) underflows), alpha [0.2, 0.3, 0.5]",
+     [[0.2, 0.3, 0.5]], [[-1000.0, -1001.0, -1003.0]]),
+    ("alpha [[0.0, 0.6, 0.4]] (location 0 never chosen), loglik [[-0.01, -5, -7]]",
+     [[0.0, 0.6, 0.4]], [[-0.01, -5.0, -7.0]]),
+]
+
+
+@exercise("attention-marginal", "the exact marginal log-likelihood over locations")
+def _check_marginal(marginal):
+    """``marginal(log_alpha, loglik)`` -> ``[n]``."""
+    for desc, a, ll in _MARGINAL_CASES:
+        log_alpha, loglik = _t(a).log(), _t(ll)
+        with _watch_calls(attention.marginal_log_lik, attention.jensen_bound) as seen:
+            got = call(marginal, log_alpha.clone(), loglik.clone(), input_desc=desc)
+        expect_true(not seen,
+                    f"for input {desc} your function calls softmaxbook.attention."
+                    f"{seen[0] if seen else ''}, which this exercise asks you to write "
+                    f"yourself.")
+        expect_true(isinstance(got, torch.Tensor) and got.shape == loglik.shape[:1],
+                    f"for input {desc} the result should be a tensor of shape "
+                    f"{tuple(loglik.shape[:1])} (one value per example), got {describe(got)}.",
+                    hint="sum over the locations (the last axis), not over the examples.")
+        expect_true(bool(torch.isfinite(got).all()),
+                    f"for input {desc} the result is not finite: {describe(got)}.",
+                    hint="exp(-1000) is 0 in floating point; work with log-probabilities "
+                         "throughout (the log-sum-exp of chapter 1).")
+        expect_close(got.detach(), torch.logsumexp(log_alpha + loglik, dim=-1),
+                     input_desc=desc, rtol=1e-9, atol=1e-9, what="log p(y | a)",
+                     hint="log p(y | a) is the log of an alpha-weighted sum of probabilities, "
+                          "not an alpha-weighted sum of log-probabilities (that is the Jensen "
+                          "bound, which is lower).")
+    return len(_MARGINAL_CASES)

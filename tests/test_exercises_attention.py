@@ -1,0 +1,189 @@
+"""The checks of the hard-attention chapter's coding exercises accept right answers and reject
+plausible wrong ones with a message that names the input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from softmaxbook import attention
+from softmaxbook.exercises import ExerciseCheckFailed, check, registered
+
+
+def test_registered():
+    assert registered("attention") == ["attention-baseline", "attention-marginal",
+                                       "attention-score-term"]
+
+
+def stub(*args):
+    raise NotImplementedError("Exercise attention-...: write this function")
+
+
+# --- attention-score-term ----------------------------------------------------------------------
+def score_term(scores, locations, rewards, baseline):
+    alpha = torch.softmax(scores, dim=-1)
+    onehot = torch.nn.functional.one_hot(locations, scores.shape[-1]).to(scores.dtype)
+    return (rewards - baseline)[:, None] * (onehot - alpha)
+
+
+def score_term_autograd(scores, locations, rewards, baseline):
+    e = scores.detach().clone().requires_grad_(True)
+    log_alpha = torch.log_softmax(e, dim=-1).gather(-1, locations[:, None]).squeeze(-1)
+    ((rewards - baseline) * log_alpha).sum().backward()
+    return e.grad
+
+
+def naive_alpha(scores, locations, rewards, baseline):
+    alpha = scores.exp() / scores.exp().sum(-1, keepdim=True)
+    onehot = torch.nn.functional.one_hot(locations, scores.shape[-1]).to(scores.dtype)
+    return (rewards - baseline)[:, None] * (onehot - alpha)
+
+
+def wrong_axis(scores, locations, rewards, baseline):
+    alpha = torch.softmax(scores, dim=0)
+    onehot = torch.nn.functional.one_hot(locations, scores.shape[-1]).to(scores.dtype)
+    return (rewards - baseline)[:, None] * (onehot - alpha)
+
+
+def in_place(scores, locations, rewards, baseline):
+    rewards -= baseline
+    return score_term(scores, locations, rewards, 0.0)
+
+
+@pytest.mark.parametrize("answer", [score_term, score_term_autograd])
+def test_score_term_accepts_right_answers(answer, capsys):
+    assert check("attention-score-term", answer)
+    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the -alpha part forgotten: the gradient of e_s alone
+    (lambda e, s, r, b: (r - b)[:, None] * torch.nn.functional.one_hot(s, e.shape[-1]).double(),
+     r"for input scores \[\[0, 0, 0, 0\]\]"),
+    # the sign flipped
+    (lambda e, s, r, b: -score_term(e, s, r, b), r"for input scores \[\[0, 0, 0, 0\]\]"),
+    # the baseline ignored (caught where b != 0)
+    (lambda e, s, r, b: score_term(e, s, r, 0.0), r"for input scores \[\[1, -2, 0.5\]"),
+    # the baseline added instead of subtracted
+    (lambda e, s, r, b: score_term(e, s, r, -b), r"for input scores \[\[1, -2, 0.5\]"),
+    # softmax over the wrong axis
+    (wrong_axis, r"for input scores \[\[0, 0, 0, 0\]\]"),
+    # exp without the shift: overflow
+    (naive_alpha, r"(?s)scores \[\[1000, 999, 990\]\].*NaN or inf"),
+    # changes the rewards in place
+    (in_place, "changed its inputs in place"),
+    # one number per example instead of a gradient per location
+    (lambda e, s, r, b: (r - b) * torch.log_softmax(e, -1).gather(-1, s[:, None]).squeeze(-1),
+     "shape"),
+    (stub, "NotImplementedError"),
+])
+def test_score_term_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("attention-score-term", answer)
+
+
+# --- attention-baseline --------------------------------------------------------------------
+def baselines(rewards, decay):
+    out, b = [], 0.0
+    for row in rewards:
+        out.append(b)
+        b = decay * b + (1 - decay) * float(row.mean())
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def baselines_acausal(rewards, decay):
+    out, b = [], 0.0
+    for row in rewards:
+        b = decay * b + (1 - decay) * float(row.mean())
+        out.append(b)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def baselines_swapped(rewards, decay):
+    out, b = [], 0.0
+    for row in rewards:
+        out.append(b)
+        b = (1 - decay) * b + decay * float(row.mean())
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def baselines_first_mean(rewards, decay):
+    out, b = [], float(rewards[0].mean())
+    for row in rewards:
+        out.append(b)
+        b = decay * b + (1 - decay) * float(row.mean())
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def baselines_per_example(rewards, decay):
+    out, b = [], torch.zeros(rewards.shape[1], dtype=torch.float64)
+    for row in rewards:
+        out.append(b)
+        b = decay * b + (1 - decay) * row
+    return torch.stack(out)
+
+
+def test_baseline_accepts_right_answer(capsys):
+    assert check("attention-baseline", baselines)
+    assert "correct on 4 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("answer, message", [
+    (baselines_acausal, "(?s)already includes that step's rewards.*current sample"),
+    (baselines_swapped, r"for input rewards \[\[-1, -3\]"),
+    (baselines_first_mean, r"for input rewards \[\[-2.0, -2.0\]\]"),
+    (baselines_per_example, "shape"),
+    # the running mean of all rewards so far (not exponential)
+    (lambda r, d: torch.cat([torch.zeros(1, dtype=torch.float64),
+                             r.mean(1).cumsum(0)[:-1] / torch.arange(1, r.shape[0])]),
+     r"for input rewards \[\[-1, -3\]"),
+    (stub, "NotImplementedError"),
+])
+def test_baseline_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("attention-baseline", answer)
+
+
+# --- attention-marginal --------------------------------------------------------------------
+def marginal(log_alpha, loglik):
+    return torch.logsumexp(log_alpha + loglik, dim=-1)
+
+
+def marginal_by_hand(log_alpha, loglik):
+    x = log_alpha + loglik
+    m = x.max(dim=-1, keepdim=True).values
+    return (m + (x - m).exp().sum(-1, keepdim=True).log()).squeeze(-1)
+
+
+class _Model(attention.GlimpseNet):
+    pass
+
+
+def uses_library(log_alpha, loglik):
+    attention.jensen_bound(attention.GlimpseNet(), torch.zeros(1, 2, 64),
+                           torch.zeros(1, dtype=torch.int64))
+    return marginal(log_alpha, loglik)
+
+
+@pytest.mark.parametrize("answer", [marginal, marginal_by_hand])
+def test_marginal_accepts_right_answers(answer, capsys):
+    assert check("attention-marginal", answer)
+    assert "correct on 4 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the Jensen bound instead of the marginal
+    (lambda la, ll: (la.exp() * ll).sum(-1), "(?s)log_alpha = log.*Jensen bound"),
+    # the naive log of a sum: underflows
+    (lambda la, ll: (la.exp() * ll.exp()).sum(-1).log(), r"(?s)-1000.*not finite"),
+    # the unweighted average over locations
+    (lambda la, ll: torch.logsumexp(ll, -1) - torch.log(torch.tensor(float(ll.shape[-1]))),
+     "log_alpha = log"),
+    # the wrong axis
+    (lambda la, ll: torch.logsumexp(la + ll, dim=0), "shape"),
+    (uses_library, "calls softmaxbook.attention.jensen_bound"),
+    (stub, "NotImplementedError"),
+])
+def test_marginal_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("attention-marginal", answer)
