@@ -45,6 +45,14 @@ def wrong_axis(scores, locations, rewards, baseline):
     return (rewards - baseline)[:, None] * (onehot - alpha)
 
 
+def global_max(scores, locations, rewards, baseline):
+    # shifted by the largest score of the whole batch, not each row's own
+    x = (scores - scores.max()).exp()
+    alpha = x / x.sum(-1, keepdim=True)
+    onehot = torch.nn.functional.one_hot(locations, scores.shape[-1]).to(scores.dtype)
+    return (rewards - baseline)[:, None] * (onehot - alpha)
+
+
 def in_place(scores, locations, rewards, baseline):
     rewards -= baseline
     return score_term(scores, locations, rewards, 0.0)
@@ -53,7 +61,7 @@ def in_place(scores, locations, rewards, baseline):
 @pytest.mark.parametrize("answer", [score_term, score_term_autograd])
 def test_score_term_accepts_right_answers(answer, capsys):
     assert check("attention-score-term", answer)
-    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
+    assert "correct on 6 test cases" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -70,6 +78,11 @@ def test_score_term_accepts_right_answers(answer, capsys):
     (wrong_axis, r"for input scores \[\[0, 0, 0, 0\]\]"),
     # exp without the shift: overflow
     (naive_alpha, r"(?s)scores \[\[1000, 999, 990\]\].*NaN or inf"),
+    # one shift for the whole batch: the second row underflows to 0 / 0
+    (global_max, r"(?s)rows on different scales.*NaN or inf.*its own maximum"),
+    # computed in float32
+    (lambda e, s, r, b: score_term(e.float(), s, r.float(), b),
+     r"(?s)for input scores \[\[0, 0, 0, 0\]\].*torch.float32"),
     # changes the rewards in place
     (in_place, "changed its inputs in place"),
     # one number per example instead of a gradient per location
@@ -123,6 +136,12 @@ def baselines_per_example(rewards, decay):
     return torch.stack(out)
 
 
+def baselines_in_place(rewards, decay):
+    out = baselines(rewards, decay)
+    rewards -= out[:, None]         # "centre the rewards" on the caller's tensor
+    return out
+
+
 def test_baseline_accepts_right_answer(capsys):
     assert check("attention-baseline", baselines)
     assert "correct on 4 test cases" in " ".join(capsys.readouterr().out.split())
@@ -133,6 +152,9 @@ def test_baseline_accepts_right_answer(capsys):
     (baselines_swapped, r"for input rewards \[\[-1, -3\]"),
     (baselines_first_mean, r"for input rewards \[\[-2.0, -2.0\]\]"),
     (baselines_per_example, "shape"),
+    # torch.tensor(list) without a dtype: float32
+    (lambda r, d: baselines(r, d).float(), r"(?s)rewards \[\[-2.0, -2.0\]\].*torch.float32"),
+    (baselines_in_place, "changed its inputs in place"),
     # the running mean of all rewards so far (not exponential)
     (lambda r, d: torch.cat([torch.zeros(1, dtype=torch.float64),
                              r.mean(1).cumsum(0)[:-1] / torch.arange(1, r.shape[0])]),
@@ -159,6 +181,18 @@ class _Model(attention.GlimpseNet):
     pass
 
 
+def marginal_global_max(log_alpha, loglik):
+    # shifted by the largest value of the whole batch, not each row's own
+    x = log_alpha + loglik
+    m = x.max()
+    return m + (x - m).exp().sum(-1).log()
+
+
+def marginal_in_place(log_alpha, loglik):
+    log_alpha += loglik
+    return torch.logsumexp(log_alpha, dim=-1)
+
+
 def uses_library(log_alpha, loglik):
     attention.jensen_bound(attention.GlimpseNet(), torch.zeros(1, 2, 64),
                            torch.zeros(1, dtype=torch.int64))
@@ -168,7 +202,7 @@ def uses_library(log_alpha, loglik):
 @pytest.mark.parametrize("answer", [marginal, marginal_by_hand])
 def test_marginal_accepts_right_answers(answer, capsys):
     assert check("attention-marginal", answer)
-    assert "correct on 4 test cases" in " ".join(capsys.readouterr().out.split())
+    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -181,6 +215,11 @@ def test_marginal_accepts_right_answers(answer, capsys):
      "log_alpha = log"),
     # the wrong axis
     (lambda la, ll: torch.logsumexp(la + ll, dim=0), "shape"),
+    # one shift for the whole batch: the first row underflows to log 0
+    (marginal_global_max, r"(?s)rows on different scales.*not finite"),
+    # computed in float32
+    (lambda la, ll: torch.logsumexp((la + ll).float(), dim=-1), "torch.float32"),
+    (marginal_in_place, "changed its inputs in place"),
     (uses_library, "calls softmaxbook.attention.jensen_bound"),
     (stub, "NotImplementedError"),
 ])

@@ -44,6 +44,15 @@ def _t(x):
     return torch.tensor(x, dtype=torch.float64)
 
 
+def _expect_float64(got, desc):
+    """Name a float32 (or other lower-precision) result instead of reporting a tiny difference."""
+    if isinstance(got, torch.Tensor) and got.is_floating_point() and got.dtype != torch.float64:
+        expect_true(False, f"for input {desc} (float64) your result is {got.dtype}: it lost "
+                    f"precision on the way.",
+                    hint="compute in float64, the dtype of the inputs; do not convert to "
+                         "float32 (torch.tensor(list) makes float32 unless given a dtype).")
+
+
 # ------------------------------------------------------------------------------------------------
 # attention-score-term
 _SCORE_CASES = [
@@ -59,6 +68,11 @@ _SCORE_CASES = [
      [[1000.0, 999.0, 990.0]], [1], [-0.7], -0.2),
     ("scores [[0, -inf, 1]] (never look at location 1), location [2], reward [-1], baseline 0",
      [[0.0, float("-inf"), 1.0]], [2], [-1.0], 0.0),
+    # rows on different scales: a shift by the maximum of the whole batch instead of each row's
+    # own maximum underflows the second row to 0 / 0
+    ("scores [[1000, 999, 990], [0, 1, -1]] (rows on different scales), locations [0, 1], "
+     "rewards [-0.5, -2], baseline -1",
+     [[1000.0, 999.0, 990.0], [0.0, 1.0, -1.0]], [0, 1], [-0.5, -2.0], -1.0),
 ]
 
 
@@ -81,11 +95,14 @@ def _check_score_term(score_term):
                     f"{describe(got)}.")
         expect_true(bool(torch.isfinite(got).all()),
                     f"for input {desc} the result contains NaN or inf: {describe(got)}.",
-                    hint="exp of a large score overflows and exp(-inf) times an infinite "
-                         "log is NaN: the probabilities alpha = softmax(e) are all you need, "
-                         "and torch.softmax computes them stably.")
+                    hint="exp of a large score overflows, exp(-inf) times an infinite log "
+                         "is NaN, and a shift by the largest score of the whole batch "
+                         "underflows the other rows: each row needs its own maximum. The "
+                         "probabilities alpha = softmax(e) are all you need, and torch.softmax "
+                         "computes them stably.")
         expect_true(torch.equal(args[0], scores) and torch.equal(args[2], rewards),
                     f"for input {desc} your function changed its inputs in place.")
+        _expect_float64(got, desc)
         expect_close(got.detach(), _score_term_reference(scores, locations, rewards, b),
                      input_desc=desc, rtol=1e-9, atol=1e-12, what="score-function term",
                      hint="differentiate log alpha_s = e_s - log sum_j exp(e_j) with respect "
@@ -122,10 +139,14 @@ def _check_baseline(baselines):
     """``baselines(rewards, decay)`` -> ``[S]``: the baseline used at each of S steps."""
     for desc, r, decay in _BASELINE_CASES:
         rewards = _t(r)
-        got = call(baselines, rewards.clone(), decay, input_desc=desc)
+        arg = rewards.clone()
+        got = call(baselines, arg, decay, input_desc=desc)
         expect_true(isinstance(got, torch.Tensor) and got.shape == rewards.shape[:1],
                     f"for input {desc} the result should be a tensor of shape "
                     f"{tuple(rewards.shape[:1])} (one baseline per step), got {describe(got)}.")
+        expect_true(torch.equal(arg, rewards),
+                    f"for input {desc} your function changed its inputs in place.")
+        _expect_float64(got, desc)
         ref = _baseline_reference(rewards, decay)
         # The commonest mistake, named: the baseline of step t already contains step t.
         acausal = decay * ref + (1 - decay) * rewards.mean(dim=1)
@@ -155,6 +176,11 @@ _MARGINAL_CASES = [
      [[0.2, 0.3, 0.5]], [[-1000.0, -1001.0, -1003.0]]),
     ("alpha [[0.0, 0.6, 0.4]] (location 0 never chosen), loglik [[-0.01, -5, -7]]",
      [[0.0, 0.6, 0.4]], [[-0.01, -5.0, -7.0]]),
+    # rows on different scales: a shift by the maximum of the whole batch instead of each row's
+    # own maximum underflows the first row to log 0
+    ("loglik [[-1000, -1001, -1003], [-0.5, -2, -1]] (rows on different scales), alpha "
+     "[[0.2, 0.3, 0.5], [0.5, 0.25, 0.25]]",
+     [[0.2, 0.3, 0.5], [0.5, 0.25, 0.25]], [[-1000.0, -1001.0, -1003.0], [-0.5, -2.0, -1.0]]),
 ]
 
 
@@ -163,8 +189,9 @@ def _check_marginal(marginal):
     """``marginal(log_alpha, loglik)`` -> ``[n]``."""
     for desc, a, ll in _MARGINAL_CASES:
         log_alpha, loglik = _t(a).log(), _t(ll)
+        args = (log_alpha.clone(), loglik.clone())
         with _watch_calls(attention.marginal_log_lik, attention.jensen_bound) as seen:
-            got = call(marginal, log_alpha.clone(), loglik.clone(), input_desc=desc)
+            got = call(marginal, *args, input_desc=desc)
         expect_true(not seen,
                     f"for input {desc} your function calls softmaxbook.attention."
                     f"{seen[0] if seen else ''}, which this exercise asks you to write "
@@ -176,7 +203,11 @@ def _check_marginal(marginal):
         expect_true(bool(torch.isfinite(got).all()),
                     f"for input {desc} the result is not finite: {describe(got)}.",
                     hint="exp(-1000) is 0 in floating point; work with log-probabilities "
-                         "throughout (the log-sum-exp of chapter 1).")
+                         "throughout (the log-sum-exp of chapter 1), shifting each row by its "
+                         "own maximum.")
+        expect_true(torch.equal(args[0], log_alpha) and torch.equal(args[1], loglik),
+                    f"for input {desc} your function changed its inputs in place.")
+        _expect_float64(got, desc)
         expect_close(got.detach(), torch.logsumexp(log_alpha + loglik, dim=-1),
                      input_desc=desc, rtol=1e-9, atol=1e-9, what="log p(y | a)",
                      hint="log p(y | a) is the log of an alpha-weighted sum of probabilities, "
