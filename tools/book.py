@@ -4,8 +4,9 @@
     python3 tools/book.py build            # strict build of the HTML book -> _build/html
     python3 tools/book.py test             # every test: package, notebooks, exercises, browser
     python3 tools/book.py test-seeds       # every chapter executed again under other seeds
-    python3 tools/book.py student          # student notebooks (solutions stubbed) -> _build/student
-    python3 tools/book.py build-nosolutions  # the site without solutions -> _build/nosolutions/html
+    python3 tools/book.py student [CH ...]   # student notebooks (solutions stubbed) -> _build/student
+    python3 tools/book.py answer-key [CH ...]  # exercises with their solutions -> _build/answer-key
+    python3 tools/book.py build-nosolutions [CH ...]  # the site without solutions -> _build/nosolutions/html
     python3 tools/book.py exercise-index   # book/exercise_index.md (every build writes it first)
     python3 tools/book.py grade SUBMISSIONS/  # run and check submitted student notebooks -> _build/grades
     python3 tools/book.py serve            # serve _build/html on http://127.0.0.1:8000
@@ -71,9 +72,9 @@ def setup(_args=None) -> None:
     say(f"set-up done in {time.time() - t0:.0f} s")
 
 
-def _jupyter_book(*extra) -> None:
+def _jupyter_book(*extra, source: Path | str = ".") -> None:
     env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning")
-    run([BIN / "jupyter-book", "build", *STRICT, *extra, "."], env=env)
+    run([BIN / "jupyter-book", "build", *STRICT, *extra, source], env=env)
 
 
 def _derived_config(path: Path, *, cache: Path | None = None, hide_solutions: bool = False) -> Path:
@@ -118,14 +119,65 @@ def build(_args=None) -> None:
     say(f"built in {time.time() - t0:.0f} s. Open {BUILD / 'html' / 'index.html'}")
 
 
-def build_nosolutions(_args=None) -> None:
-    """The same site with every solution removed (book/_ext/solution_free.py)."""
+def _assignment_source(chapters: list, target: Path) -> Path:
+    """A source tree at ``target`` for a site of the selected chapters only: the book's pages,
+    the toc unchanged (so chapters and exercises keep their numbers), and in place of every
+    chapter not selected a one-line page with its title (so links to it still resolve).
+    Runs under the venv's Python (it needs nbformat, PyYAML and the package)."""
+    import nbformat
+    import yaml
+
+    from softmaxbook.exercises.index import _title
+    from softmaxbook.exercises.student import select_chapters
+
+    try:
+        selected = {p.stem for p in select_chapters(ROOT / "book", chapters)}
+    except ValueError as err:
+        sys.exit(str(err))
+    if target.exists():
+        shutil.rmtree(target)
+    (target / "book").mkdir(parents=True)
+    for item in (ROOT / "book").iterdir():
+        if item.name == "_ext" or item.name.startswith("."):
+            continue
+        if item.is_dir():
+            shutil.copytree(item, target / "book" / item.name)
+        elif item.suffix != ".ipynb" or item.stem in selected:
+            shutil.copy2(item, target / "book" / item.name)
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    for part in toc.get("parts", []):
+        for entry in part.get("chapters", []):
+            nb_path = ROOT / (entry["file"] + ".ipynb")
+            if nb_path.is_file() and nb_path.stem not in selected:
+                title = _title(nbformat.read(nb_path, as_version=4), nb_path.stem)
+                (target / (entry["file"] + ".md")).write_text(
+                    f"# {title}\n\nThis chapter is not part of this assignment.\n")
+    (target / "_toc.yml").write_text((ROOT / "_toc.yml").read_text())
+    return target
+
+
+def build_nosolutions(args=None) -> None:
+    """The same site with every solution removed (book/_ext/solution_free.py); with chapters
+    given, a site of those chapters only (the others are one-line pages, numbers unchanged)."""
     setup()
-    exercise_index()
+    chapters = list(getattr(args, "chapters", None) or [])
     target = BUILD / "nosolutions"
-    config = _derived_config(BUILD / "nosolutions-config.yml", hide_solutions=True)
-    _jupyter_book("--config", config, "--path-output", target)
-    say(f"solution-free site: {target / '_build' / 'html' / 'index.html'}")
+    if not chapters:
+        exercise_index()
+        config = _derived_config(BUILD / "nosolutions-config.yml", hide_solutions=True)
+        _jupyter_book("--config", config, "--path-output", target)
+        say(f"solution-free site: {target / '_build' / 'html' / 'index.html'}")
+        return
+    src = BUILD / "assignment-src"
+    run([PY, Path(__file__).resolve(), "_assignment-source", src, *chapters])
+    run([PY, "-m", "softmaxbook.exercises.index", src, src / "book" / "exercise_index.md"])
+    config = _derived_config(src / "_config.yml", cache=BUILD / "assignment-cache",
+                             hide_solutions=True)
+    target = BUILD / "nosolutions-assignment"
+    _jupyter_book("--config", config, "--toc", src / "_toc.yml", "--path-output", target,
+                  source=src)
+    say(f"solution-free site of {', '.join(chapters)}: "
+        f"{target / '_build' / 'html' / 'index.html'}")
 
 
 def build_chapter(args) -> None:
@@ -146,14 +198,28 @@ def build_chapter(args) -> None:
     say(f"chapter built: {target / '_build' / 'html' / page.with_suffix('.html')}")
 
 
-def student(_args=None) -> None:
-    """Student notebooks: solutions replaced by stubs, outputs empty."""
+def student(args=None) -> None:
+    """Student notebooks: solutions replaced by stubs, outputs empty (all chapters, or the
+    chapters given: an assignment)."""
     setup()
     target = BUILD / "student"
     if target.exists():
         shutil.rmtree(target)
-    run([PY, "-m", "softmaxbook.exercises.student", ROOT / "book", target])
+    chapters = list(getattr(args, "chapters", None) or [])
+    run([PY, "-m", "softmaxbook.exercises.student", ROOT / "book", target, *chapters])
     say(f"student notebooks in {target}")
+
+
+def answer_key(args=None) -> None:
+    """Answer keys: every exercise with its solution, one notebook per chapter."""
+    setup()
+    target = BUILD / "answer-key"
+    if target.exists():
+        shutil.rmtree(target)
+    chapters = list(getattr(args, "chapters", None) or [])
+    run([PY, "-m", "softmaxbook.exercises.student", ROOT / "book", target, *chapters,
+         "--answer-key"])
+    say(f"answer keys in {target}")
 
 
 def grade(args) -> None:
@@ -251,7 +317,14 @@ def main() -> None:
     p = sub.add_parser("build-chapter", help="strict build of one chapter alone (for authors)")
     p.add_argument("notebook", help="e.g. book/01_softmax.ipynb")
     p.set_defaults(func=build_chapter)
-    sub.add_parser("student", help="write student notebooks to _build/student").set_defaults(func=student)
+    chapters_help = "only these chapters (e.g. 05_euler_lagrange or 5); default: all"
+    p = sub.add_parser("student", help="write student notebooks to _build/student")
+    p.add_argument("chapters", nargs="*", help=chapters_help)
+    p.set_defaults(func=student)
+    p = sub.add_parser("answer-key", help="write answer keys (exercises and solutions) to "
+                                          "_build/answer-key")
+    p.add_argument("chapters", nargs="*", help=chapters_help)
+    p.set_defaults(func=answer_key)
     sub.add_parser("exercise-index", help="write book/exercise_index.md (done by every build)"
                    ).set_defaults(func=exercise_index)
     p = sub.add_parser("grade", help="grade submitted student notebooks -> _build/grades")
@@ -263,8 +336,14 @@ def main() -> None:
     p.add_argument("--notebook-timeout", type=float, default=900,
                    help="seconds per notebook, after which no further cell starts (900)")
     p.set_defaults(func=grade)
-    sub.add_parser("build-nosolutions", help="build the site without solutions").set_defaults(
-        func=build_nosolutions)
+    p = sub.add_parser("build-nosolutions", help="build the site without solutions")
+    p.add_argument("chapters", nargs="*", help=chapters_help + " (then the site goes to "
+                                                               "_build/nosolutions-assignment)")
+    p.set_defaults(func=build_nosolutions)
+    p = sub.add_parser("_assignment-source", help=argparse.SUPPRESS)
+    p.add_argument("target")
+    p.add_argument("chapters", nargs="+")
+    p.set_defaults(func=lambda a: _assignment_source(a.chapters, Path(a.target)))
     p = sub.add_parser("serve", help="serve the built site on 127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.set_defaults(func=serve)

@@ -210,11 +210,11 @@ def toc_chapters(root: Path) -> list[Chapter]:
     for part in toc.get("parts", []):
         numbered = bool(part.get("numbered", False))
         for entry in part.get("chapters", []):
+            if numbered:
+                n += 1  # a page of any kind takes a number
             path = Path(root) / (entry["file"] + ".ipynb")
             if not path.is_file():
                 continue
-            if numbered:
-                n += 1
             nb = nbformat.read(path, as_version=4)
             chapters.append(Chapter(path, n if numbered else None, _title(nb, path.stem)))
     return chapters
