@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from softmaxbook.exercises import ExerciseCheckFailed, check, registered
+from softmaxbook.nce import AliasSampler, nce_loss
 
 
 def test_registered():
@@ -49,6 +50,14 @@ def naive_log_sigmoid(s, n, lq, nq):
     return (-torch.log(torch.sigmoid(d)) - torch.log(torch.sigmoid(-e)).sum(-1)).mean()
 
 
+def _log_k_batch_axis(s, n, lq, nq):
+    # the difference between using log B and log k in Delta
+    k, B = n.shape[-1], s.shape[0]
+    wrong = (-F.logsigmoid(s - lq - math.log(B))
+             - F.logsigmoid(-(n - nq - math.log(B))).sum(-1)).mean()
+    return wrong - right_objective(s, n, lq, nq)
+
+
 def test_objective_accepts_right_answer(capsys):
     assert check("nce-objective", right_objective)
     assert "correct" in capsys.readouterr().out
@@ -60,6 +69,14 @@ def test_objective_accepts_right_answer(capsys):
     (mean_over_k, "k = 3.*do not average"),
     (naive_log_sigmoid, "extreme scores.*logsigmoid"),
     (lambda s, n, lq, nq: right_objective(s, n, lq, nq) * s.shape[0], "moderate scores"),
+    # the package's own loss: the check compares with it, so it must be refused
+    (lambda s, n, lq, nq: nce_loss(s, n, lq, nq), "moderate scores.*softmaxbook.nce.*forbids"),
+    # log k from the batch axis instead of the noise axis
+    (lambda s, n, lq, nq: right_objective(s, n, lq, nq)
+     + (n.shape[-1] - s.shape[0]) * 0.0 + _log_k_batch_axis(s, n, lq, nq), "moderate scores"),
+    # float32 inside: right formula, float32 rounding
+    (lambda s, n, lq, nq: right_objective(s.float(), n.float(), lq.float(), nq.float()),
+     "moderate scores"),
     (stub, "NotImplementedError"),
     (..., "no answer yet"),
 ])
@@ -119,6 +136,12 @@ def test_alias_table_accepts_right_answer():
     (no_mass_update, "two impossible words.*remaining mass"),
     (lambda p: (p, torch.arange(p.numel())), "probs = \\[0.5, 0.3, 0.2\\]"),
     (lambda p: right_table(p)[0], "return a pair"),
+    # the package's sampler builds the same table: refused
+    (lambda p: (AliasSampler(p).prob, AliasSampler(p).alias),
+     "probs = \\[0.5, 0.3, 0.2\\].*softmaxbook.nce.*forbids"),
+    # the table in float32: off by ~1e-8
+    (lambda p: (right_table(p.float())[0].float(), right_table(p)[1]),
+     "probs = \\[0.5, 0.3, 0.2\\].*float64"),
     (stub, "NotImplementedError"),
 ])
 def test_alias_table_rejects_wrong_answers(answer, message):
@@ -143,6 +166,17 @@ def test_shifted_pmi_accepts_right_answer():
      "k = 5.*dim 1"),
     (lambda j, k: torch.log(j.clamp(min=1e-12)) - torch.log(j.sum(1, keepdim=True))
      - torch.log(j.sum(0, keepdim=True)) - math.log(k), "never seen"),
+    # marginals without keepdim: crashes on a 3 x 4 table
+    (lambda j, k: torch.log(j) - torch.log(j.sum(1)) - torch.log(j.sum(0)) - math.log(k),
+     "3 x 4 joint table"),
+    # the same on a square table only: broadcasts p(c) along the wrong axis
+    (lambda j, k: right_pmi(j, k) if j.shape[0] != j.shape[1] else
+     torch.log(j) - torch.log(j.sum(1)) - torch.log(j.sum(0, keepdim=True)) - math.log(k),
+     "3 x 3 joint table"),
+    # smoothed noise (unigram^0.75) instead of the unigram the task names
+    (lambda j, k: torch.log(j) - torch.log(j.sum(1, keepdim=True))
+     - torch.log(j.sum(0, keepdim=True) ** 0.75 / (j.sum(0) ** 0.75).sum()) - math.log(k),
+     "3 x 4 joint table"),
     (stub, "NotImplementedError"),
 ])
 def test_shifted_pmi_rejects_wrong_answers(answer, message):

@@ -11,13 +11,39 @@ sampling" (book/04_nce.ipynb).
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import torch
 
-from . import call, exercise, expect_close, expect_true
+from .. import nce as _nce
+from . import _ForbiddenCall, call, exercise, expect_close, expect_true
 from ..nce import nce_loss
 
 f64 = dict(dtype=torch.float64)
+
+_NO_PACKAGE = ("The exercise asks you to write it yourself; the package's function is what the "
+               "check compares with.")
+
+
+@contextmanager
+def _package_forbidden():
+    """While active, every public function and class of ``softmaxbook.nce`` raises.
+
+    Each of them validates its tensor arguments through the module attribute
+    ``as_float_tensor``, looked up when it runs; replacing it catches a call of ``nce_loss``,
+    ``negative_sampling_loss``, ``AliasSampler`` ... however the learner imported them (a name
+    bound by ``from softmaxbook.nce import nce_loss`` still runs the same function).
+    """
+    saved = _nce.as_float_tensor
+
+    def tripwire(*args, **kwargs):
+        raise _ForbiddenCall("a function of softmaxbook.nce")
+
+    _nce.as_float_tensor = tripwire
+    try:
+        yield
+    finally:
+        _nce.as_float_tensor = saved
 
 
 # ------------------------------------------------------------------------------------------------
@@ -45,7 +71,9 @@ def _check_objective(objective):
     -> the mean over the batch of the per-example NCE loss (a 0-d tensor)."""
     n_cases = 0
     for desc, s, n, lq, nq, hint in _objective_cases():
-        got = call(objective, s.clone(), n.clone(), lq.clone(), nq.clone(), input_desc=desc)
+        with _package_forbidden():
+            got = call(objective, s.clone(), n.clone(), lq.clone(), nq.clone(),
+                       input_desc=desc, forbid_reason=_NO_PACKAGE)
         want = nce_loss(s, n, lq, nq)
         if hint is None:
             k = n.shape[1]
@@ -77,7 +105,8 @@ def _check_objective(objective):
     s, n = torch.tensor([30.0, -30.0]), torch.tensor([[-30.0, 30.0], [0.0, 1.0]])
     lq, nq = torch.full((2,), -1.0), torch.full((2, 2), -1.0)
     desc = "float32 scores [30, -30], noise [[-30, 30], [0, 1]], log q = -1"
-    got = call(objective, s, n, lq, nq, input_desc=desc)
+    with _package_forbidden():
+        got = call(objective, s, n, lq, nq, input_desc=desc, forbid_reason=_NO_PACKAGE)
     expect_close(got, nce_loss(s.double(), n.double(), lq.double(), nq.double()),
                  input_desc=desc, rtol=1e-5, atol=1e-6,
                  hint="keep the computation stable: logsigmoid, not log of sigmoid.")
@@ -107,7 +136,9 @@ def _check_alias_table(alias_table):
         ("one word with 0.97 of the mass", torch.tensor([0.01, 0.97, 0.01, 0.01], **f64)),
     ]
     for desc, p in cases:
-        out = call(alias_table, p.clone(), input_desc=desc)
+        with _package_forbidden():
+            out = call(alias_table, p.clone(), input_desc=desc,
+                       forbid_reason=_NO_PACKAGE + " (AliasSampler builds the same table.)")
         expect_true(isinstance(out, tuple) and len(out) == 2,
                     f"for input {desc} return a pair (prob, alias), got {type(out).__name__}.")
         prob, alias = out
@@ -125,9 +156,13 @@ def _check_alias_table(alias_table):
                     f"for input {desc} some aliases are not word indices in [0, {V}).")
         expect_close(_table_distribution(prob, alias, V), p, input_desc=desc, rtol=0,
                      atol=1e-12, what="distribution the table samples",
-                     hint="P(w) = (prob[w] + sum over columns i with alias[i] = w of "
-                          "(1 - prob[i])) / V must equal p. When a small column s borrows "
-                          "from a large word g, take 1 - V p_s away from g's remaining mass.")
+                     hint=("keep the table in float64 (the dtype of probs): float32 "
+                           "rounds every entry by about 1e-8."
+                           if prob.dtype != torch.float64 else
+                           "P(w) = (prob[w] + sum over columns i with alias[i] = w of "
+                           "(1 - prob[i])) / V must equal p. When a small column s borrows "
+                           "from a large word g, take 1 - V p_s away from g's remaining "
+                           "mass."))
     return len(cases)
 
 
@@ -145,11 +180,18 @@ def _check_shifted_pmi(shifted_pmi):
     j1 = torch.rand(3, 4, generator=g, **f64)
     j1 /= j1.sum()
     j2 = torch.tensor([[0.1, 0.0, 0.2], [0.3, 0.25, 0.15]], **f64)
+    # a square table: summing over the wrong axis, or a marginal that broadcasts along the wrong
+    # axis (no keepdim), gives the right shape and the wrong values here
+    j3 = torch.tensor([[0.3, 0.05, 0.05], [0.02, 0.2, 0.08], [0.1, 0.05, 0.15]], **f64)
     cases = [("a 3 x 4 joint table, k = 5", j1, 5),
              ("a 3 x 4 joint table, k = 1", j1, 1),
-             ("joint [[0.1, 0, 0.2], [0.3, 0.25, 0.15]] (a pair never seen), k = 15", j2, 15)]
+             ("joint [[0.1, 0, 0.2], [0.3, 0.25, 0.15]] (a pair never seen), k = 15", j2, 15),
+             ("a 3 x 3 joint table [[0.3, 0.05, 0.05], [0.02, 0.2, 0.08], "
+              "[0.1, 0.05, 0.15]], k = 2", j3, 2)]
     for desc, joint, k in cases:
-        got = call(shifted_pmi, joint.clone(), k, input_desc=desc)
+        with _package_forbidden():
+            got = call(shifted_pmi, joint.clone(), k, input_desc=desc,
+                       forbid_reason=_NO_PACKAGE)
         want = _shifted_pmi(joint, k)
         hint = ("PMI(w, c) = log p(w, c) - log p(c) - log p(w): p(c) sums the joint over words "
                 "(dim 1), p(w) over contexts (dim 0). Then subtract log k.")
