@@ -558,10 +558,10 @@ def gumbel_softmax(logits: torch.Tensor, tau, *, hard: bool = False, dim: int = 
 
     Notes
     -----
-    The perturbed logits are shifted by their (detached) maximum before the division by
-    ``tau``, which changes nothing mathematically (softmax is shift-invariant) but keeps a
-    small ``tau`` from turning large perturbed logits into ``inf``: the limit ``tau -> 0`` is
-    reached as a one-hot vector, not as NaN. float16 and bfloat16 logits are computed in
+    Where dividing by ``tau`` could overflow (a small ``tau`` and large perturbed logits), and
+    for a tensor ``tau``, the perturbed logits are first shifted by their (detached) maximum,
+    which changes nothing mathematically (softmax is shift-invariant): the limit ``tau -> 0``
+    is reached as a one-hot vector, not as NaN. float16 and bfloat16 logits are computed in
     float32 and the sample is cast back.
     """
     func = "gumbel_softmax"
@@ -583,7 +583,14 @@ def gumbel_softmax(logits: torch.Tensor, tau, *, hard: bool = False, dim: int = 
     _check_top_values(top, logits.movedim(dim, -1), func)
     # Shift by the maximum (detached: softmax is shift-invariant, so its gradient is exactly 0),
     # then divide: every entry is <= 0, the maximal one exactly 0, so no tau makes it overflow.
-    z = perturbed - top if grad else perturbed.sub_(top)
+    # The shift costs a pass over the logits, so a float tau takes it only where dividing could
+    # overflow (|logits + G| / tau near the dtype's largest number); torch.softmax shifts too.
+    if tau_tensor is not None or (
+            tau_value < 1.0
+            and float(_plain(top).abs().max()) > tau_value * torch.finfo(work).max * 1e-6):
+        z = perturbed - top if grad else perturbed.sub_(top)
+    else:
+        z = perturbed
     if tau_tensor is not None:
         # An impossible class has z = -inf, and d(z / tau)/d tau = -z / tau^2 = inf there; its
         # zero softmax gradient times that is NaN. Such entries are divided as 0 and put back.
