@@ -69,7 +69,8 @@ def _check_scores_annotations(scores, annotations, func: str):
                          f"{tuple(annotations.shape)}")
     if scores.shape != annotations.shape[:-1]:
         raise ValueError(f"{func}: argument 'scores' must have shape {tuple(annotations.shape[:-1])}"
-                         f" (annotations without the last dimension), got {tuple(scores.shape)}")
+                         f" (that of 'annotations', {tuple(annotations.shape)}, without its last "
+                         f"dimension D: one score per location), got {tuple(scores.shape)}")
     if bool((scores == math.inf).any()):
         raise ValueError(f"{func}: argument 'scores' contains +inf")
     if bool((scores == -math.inf).all(dim=-1).any()):

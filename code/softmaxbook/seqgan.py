@@ -10,8 +10,10 @@ gradient
 
 with ``Q(y_{1:t-1}, y_t) = E[D(Y) | Y_{1:t} = y_{1:t}]``, the expected score of the finished
 sequence, estimated by completing the prefix ``N`` times with the generator ("rollouts"; Yu et
-al. 2017, eq. 4). (Their released code rolls out with a *delayed copy* of the generator; the
-paper describes the generator itself. :func:`rollout_q` takes either.)
+al. 2017, eq. 4). (The paper rolls out with the generator itself. Their released code also
+writes an update of a *delayed copy*, ``w <- 0.8 w + 0.2 w_gen``, which reimplementations port;
+in its TensorFlow 1 graph the roll-outs read the generator's current weights, so that update
+never reaches them. :func:`rollout_q` takes either model, :func:`train_seqgan` either rule.)
 
 The synthetic set-up follows Yu et al. (§5): an *oracle* -- a randomly initialised recurrent
 network -- plays the true data distribution, so the quality of a generator can be measured
@@ -303,8 +305,8 @@ def train_seqgan(gen: SequenceModel, disc: Discriminator, oracle: SequenceModel,
     of the discriminator on ``real`` against fresh generator samples.
 
     ``rollout="current"`` rolls out with the generator itself (the paper); ``"delayed"`` with a
-    copy updated as ``w <- delay * w + (1 - delay) * w_gen`` after each step (their code). The
-    generator is changed in place.
+    copy updated as ``w <- delay * w + (1 - delay) * w_gen`` after each step (the rule written in
+    their released code and ported by reimplementations). The generator is changed in place.
     """
     func = "train_seqgan"
     _check_models(func, gen=gen, oracle=oracle)
