@@ -160,3 +160,27 @@ def test_wide_equations_show_that_they_scroll_on_a_phone(visit, page):
         assert e["overflow"] in ("auto", "scroll"), f"{page}: {e['id']} is cut off: {e}"
         assert "radial-gradient" in e["image"] and "local" in e["attachment"], (
             f"{page}: {e['id']} scrolls with no visible cue: {e}")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_images_have_real_alt_text(visit, page):
+    """No image's alternative text is its file path (myst-nb's default for notebook outputs)."""
+    v = visit(page, *DESKTOP)
+    bad = v.page.evaluate(r"""() => Array.from(document.querySelectorAll('main img'))
+        .map(img => [img.getAttribute('alt'), img.getAttribute('src')])
+        .filter(([alt, src]) => alt === null || !alt.trim()
+                || /(^|\/)[^\s\/]+\.(png|svg|jpe?g|gif)$/i.test(alt.trim())
+                || alt.includes('_images/'))""")
+    assert bad == [], f"{page}: images whose alt text is empty or a path: {bad}"
+
+
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_figures_are_sharp_on_high_density_screens(visit, page):
+    """Every figure a notebook draws has at least 1.8 image pixels per CSS pixel at 1280 px."""
+    v = visit(page, *DESKTOP)
+    blurred = v.page.evaluate("""() => Array.from(document.querySelectorAll('main .cell_output img'))
+        .filter(img => img.width > 0 && img.naturalWidth < 1.8 * img.width)
+        .map(img => [img.getAttribute('src').split('/').pop().slice(0, 12),
+                     img.naturalWidth, img.width])""")
+    assert blurred == [], f"{page}: figures at under 2x density (file, pixels, shown): {blurred}"
+
