@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from softmaxbook.estimators import gaussian_kl, sample_laplace, score_function_estimates
 from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 
@@ -29,6 +30,16 @@ def kl_right(mu, logvar):
     (lambda mu, lv: 0.5 * (torch.exp(lv) + mu**2 - 1 - lv).sum(), "should have shape"),
     (lambda mu, lv: 0.5 * (torch.exp(lv) + mu**2 - 1 - lv), "should have shape"),
     (lambda mu, lv: 0.5 * (lv**2 + mu**2 - 1 - lv).sum(-1), "input mu = "),
+    # mean over the dimensions instead of the sum
+    (lambda mu, lv: 0.5 * (torch.exp(lv) + mu**2 - 1 - lv).mean(-1), "batch of 2"),
+    # float32 inside
+    (lambda mu, lv: kl_right(mu.float(), lv.float()), "float32"),
+    # the forbidden shortcuts: torch.distributions and the package's own KL
+    (lambda mu, lv: torch.distributions.kl_divergence(
+        torch.distributions.Normal(mu, torch.exp(0.5 * lv)),
+        torch.distributions.Normal(torch.zeros_like(mu), torch.ones_like(mu))).sum(-1),
+     "calls torch.distributions"),
+    (lambda mu, lv: gaussian_kl(mu, lv), "calls a function of softmaxbook.estimators"),
     (stub, "NotImplementedError"),
     (..., "no answer yet"),
 ])
@@ -79,6 +90,23 @@ def bern_wrong_prob(f, logit, n, generator):
     return f(b) * (b - p)
 
 
+def bern_float32(f, logit, n, generator):  # b in float32 makes b - p float32
+    p = torch.sigmoid(logit)
+    b = (torch.rand(n, generator=generator) < p).float()
+    return f(b) * (b - p)
+
+
+def bern_package(f, logit, n, generator):  # the package's estimator with autograd
+    def sample(th, m, gen):
+        return (torch.rand(m, generator=gen, dtype=th.dtype) < torch.sigmoid(th)).double()
+
+    def log_prob(b, th):
+        logsig = torch.nn.functional.logsigmoid
+        return b * logsig(th) + (1 - b) * logsig(-th)
+
+    return score_function_estimates(f, sample, log_prob, logit, n, generator=generator)
+
+
 @pytest.mark.parametrize("answer, message", [
     (bern_score_in_p, "only the two values"),
     (bern_wrong_sign, "only the two values"),
@@ -86,6 +114,8 @@ def bern_wrong_prob(f, logit, n, generator):
     (bern_global_rng, "global"),
     (bern_wrong_prob, "came up in"),
     (lambda f, l, n, g: bern_right(f, l, n, g).mean(), "shape \\(20000,\\)"),
+    (bern_float32, "(?s)logit = 0.3.*float32 precision"),
+    (bern_package, "calls a function of softmaxbook.estimators"),
     (stub, "NotImplementedError"),
 ])
 def test_bernoulli_score_rejects(answer, message):
@@ -128,12 +158,25 @@ def lap_exp_difference_wrong_scale(loc, scale, n, generator):
     return loc + scale**2 * torch.log(e1 / e2)
 
 
+def lap_float32_noise(loc, scale, n, generator):  # float32 uniforms: float32 draws
+    eps = (torch.rand(n, generator=generator) - 0.5).clamp(-0.4999999, 0.4999999)
+    return loc - scale * torch.sign(eps) * torch.log1p(-2 * eps.abs())
+
+
 @pytest.mark.parametrize("answer, message", [
     (lap_sources_uniform, "NaN"),
     (lap_half_scale, "do not follow"),
     (lap_detached, "carry no gradient"),
-    (lap_torch, "global"),
+    (lap_torch, "calls torch.distributions"),
     (lap_exp_difference_wrong_scale, "(?s)for input loc = 0.0.*/d scale"),
+    (lap_float32_noise, "float32"),
+    # torch.distributions' inverse CDF with the learner's own uniforms
+    (lambda loc, scale, n, g: torch.distributions.Laplace(loc, scale).icdf(
+        torch.rand(n, generator=g, dtype=loc.dtype).clamp(1e-12, 1 - 1e-12)),
+     "calls torch.distributions"),
+    # the package's sampler, which the chapter imports
+    (lambda loc, scale, n, g: sample_laplace(loc, scale, n, generator=g),
+     "calls a function of softmaxbook.estimators"),
     (stub, "NotImplementedError"),
 ])
 def test_laplace_sampler_rejects(answer, message):

@@ -2,25 +2,64 @@
 (book/06_estimators.ipynb).
 
 * ``estimators-gaussian-kl``: KL(N(mu, diag exp(logvar)) || N(0, I)), summed over the last
-  dimension (the missing 1/2, log sigma for log sigma^2 and the wrong axis are caught).
+  dimension (the missing 1/2, log sigma for log sigma^2, the wrong axis, float32, and a call of
+  torch.distributions or of the package's gaussian_kl are caught).
 * ``estimators-bernoulli-score``: per-sample score-function estimates of
   d/dl E_{b ~ Bernoulli(sigmoid(l))} f(b) (a score in p instead of l, a wrong sign, and returning
-  the exact gradient instead of samples are caught).
+  the exact gradient instead of samples, float32 and the package's estimators are caught).
 * ``estimators-laplace-sampler``: a reparameterised Laplace(loc, scale) sampler (the source's
-  uniform on [0, 1], a wrong scale, detached draws and torch's global generator are caught).
+  uniform on [0, 1], a wrong scale, detached draws, float32, torch's global generator,
+  torch.distributions (Laplace.icdf) and the package's sample_laplace are caught).
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 from scipy import stats
 
-from . import call, exercise, expect_close, expect_true
+from .. import estimators as _es
+from . import _ForbiddenCall, call, exercise, expect_close, expect_true
 
 F64 = dict(dtype=torch.float64)
+
+
+@contextmanager
+def _forbidden(distributions: bool):
+    """While active, the package's estimators, samplers and KL (and, if ``distributions``, every
+    ``torch.distributions`` law) raise when used.
+
+    The public functions of ``softmaxbook.estimators`` look up ``as_float_tensor``, ``_setup``
+    and ``_uniform_open`` in their module when they run, so replacing those catches a call
+    however the learner imported the function. Every ``torch.distributions`` law runs
+    ``Distribution.__init__`` when it is built (``kl_divergence`` and ``icdf`` need one).
+    """
+    targets = [(_es, "as_float_tensor", "a function of softmaxbook.estimators"),
+               (_es, "_setup", "a sampler of softmaxbook.estimators"),
+               (_es, "_uniform_open", "a sampler of softmaxbook.estimators")]
+    if distributions:
+        targets.append((torch.distributions.Distribution, "__init__", "torch.distributions"))
+    saved = [(obj, name, obj.__dict__[name]) for obj, name, _ in targets]
+
+    def tripwire(shown):
+        def raise_forbidden(*args, **kwargs):
+            raise _ForbiddenCall(shown)
+        return raise_forbidden
+
+    try:
+        for obj, name, shown in targets:
+            setattr(obj, name, tripwire(shown))
+        yield
+    finally:
+        for obj, name, func in saved:
+            setattr(obj, name, func)
+
+
+_NO_SHORTCUT = ("The exercise asks you to write it from the formula; the library's version is "
+                "what the check compares with.")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -37,7 +76,13 @@ def _check_gaussian_kl(kl):
     z = torch.zeros((), **F64)
     for name, mu, lv in cases:
         desc = f"mu = {mu.tolist()}, logvar = {lv.tolist()} ({name})"
-        got = call(kl, mu.clone(), lv.clone(), input_desc=desc)
+        with _forbidden(distributions=True):
+            got = call(kl, mu.clone(), lv.clone(), input_desc=desc, forbid_reason=_NO_SHORTCUT)
+        if isinstance(got, torch.Tensor) and got.dtype != torch.float64:
+            expect_true(False, f"for input {desc} the result is {got.dtype}; the inputs are "
+                        f"float64 and so should the KL be.",
+                        hint="do not convert to float32 (.float()); compute in the inputs' "
+                             "dtype.")
         q = torch.distributions.Normal(mu, torch.exp(0.5 * lv))
         p = torch.distributions.Normal(z, torch.ones((), **F64))
         expected = torch.distributions.kl_divergence(q, p).sum(-1)
@@ -64,25 +109,37 @@ def _check_bernoulli_score(estimates):
             return fv[b.long()]
         logit = torch.tensor(l0, **F64)
         desc = f"f(0) = {fv[0].item()}, f(1) = {fv[1].item()}, logit = {l0}, n = 20000"
-        got = call(estimates, f, logit.clone(), 20000, torch.Generator().manual_seed(7),
-                   input_desc=desc, no_global_rng=True)
+        with _forbidden(distributions=False):
+            got = call(estimates, f, logit.clone(), 20000, torch.Generator().manual_seed(7),
+                       input_desc=desc, no_global_rng=True, forbid_reason=_NO_SHORTCUT)
         expect_true(isinstance(got, torch.Tensor) and tuple(got.shape) == (20000,),
                     f"for input {desc} the result should be a tensor of shape (20000,), one "
                     f"estimate per sample; got "
                     f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}.",
                     hint="return the per-sample values f(b_i) * d/dlogit log p(b_i), not their "
                          "mean.")
-        got = got.detach().to(torch.float64)
+        expect_true(got.dtype == torch.float64,
+                    f"for input {desc} the estimates are {got.dtype}; logit is float64 and so "
+                    f"should they be.",
+                    hint="draw the uniforms in the logit's dtype "
+                         "(torch.rand(n, generator=generator, dtype=logit.dtype)) and do not "
+                         "convert to float32: b - sigmoid(logit) with a float32 b is float32.")
+        got = got.detach()
         p = torch.sigmoid(logit)
         allowed = torch.stack([fv[0] * (0 - p), fv[1] * (1 - p)])
         close = (got[:, None] - allowed[None, :]).abs().min(1).values
-        expect_true(bool((close < 1e-9 * (1 + allowed.abs().max())).all()),
+        scale = 1 + allowed.abs().max()
+        rounded = bool((close < 1e-6 * scale).all())
+        expect_true(bool((close < 1e-9 * scale).all()),
                     f"for input {desc} the per-sample estimates should take only the two values "
                     f"f(b) * (b - sigmoid(logit)) for b = 0, 1, i.e. "
                     f"{[round(v, 6) for v in allowed.tolist()]}; got e.g. "
                     f"{[round(v, 6) for v in got[:4].tolist()]}.",
-                    hint="d/dlogit log Bernoulli(b; sigmoid(logit)) = b - sigmoid(logit): the "
-                         "derivative is in the logit, not in the probability.")
+                    hint=("the values are right to float32 precision only: a float32 b "
+                          "(torch.rand without dtype=logit.dtype, or .float()) makes "
+                          "b - sigmoid(logit) float32." if rounded else
+                          "d/dlogit log Bernoulli(b; sigmoid(logit)) = b - sigmoid(logit): the "
+                          "derivative is in the logit, not in the probability."))
         frac1 = float(((got - allowed[1]).abs() < (got - allowed[0]).abs()).double().mean())
         n1 = int(round(frac1 * 20000))
         # two-sided binomial test at 1e-6: a correct sampler fails once in a million
@@ -109,11 +166,18 @@ def _check_laplace_sampler(sampler):
         loc = torch.tensor(l0, **F64, requires_grad=True)
         scale = torch.tensor(s0, **F64, requires_grad=True)
         desc = f"loc = {l0}, scale = {s0}, n = {n}"
-        x = call(sampler, loc, scale, n, torch.Generator().manual_seed(11), input_desc=desc,
-                 no_global_rng=True)
+        with _forbidden(distributions=True):
+            x = call(sampler, loc, scale, n, torch.Generator().manual_seed(11), input_desc=desc,
+                     no_global_rng=True, forbid_reason=_NO_SHORTCUT)
         expect_true(isinstance(x, torch.Tensor) and tuple(x.shape) == (n,),
                     f"for input {desc} the result should be a tensor of shape ({n},), got "
                     f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}.")
+        expect_true(x.dtype == torch.float64,
+                    f"for input {desc} the draws are {x.dtype}; loc and scale are float64 and "
+                    f"so should the draws be.",
+                    hint="draw the uniforms in loc's dtype "
+                         "(torch.rand(n, generator=generator, dtype=loc.dtype)): float32 "
+                         "uniforms have only 24 bits and cut off the tails.")
         expect_true(not bool(torch.isnan(x).any()),
                     f"for input {desc} some draws are NaN.",
                     hint="ln(1 - 2|eps|) needs |eps| < 1/2: draw eps uniform on (-1/2, 1/2), "
