@@ -91,3 +91,30 @@
   }
 })();
 
+
+/* Exercise titles are headings for assistive technology ("Exercise 1.1" was a paragraph, so a
+   screen reader's list of headings skipped every exercise): one level below the section that
+   holds the exercise. */
+(function () {
+  function headings() {
+    document.querySelectorAll("div.exercise.admonition > .admonition-title").forEach(function (t) {
+      var section = t.closest("section");
+      var level = 2;
+      while (section) {
+        var h = section.querySelector(":scope > h1, :scope > h2, :scope > h3, :scope > h4, :scope > h5");
+        if (h) {
+          level = parseInt(h.tagName.slice(1), 10) + 1;
+          break;
+        }
+        section = section.parentElement ? section.parentElement.closest("section") : null;
+      }
+      t.setAttribute("role", "heading");
+      t.setAttribute("aria-level", String(Math.min(level, 6)));
+    });
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", headings);
+  } else {
+    headings();
+  }
+})();
