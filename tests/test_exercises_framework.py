@@ -139,3 +139,20 @@ def test_global_rng_use_fails_when_forbidden():
     out = call(lambda n, generator: torch.rand(n, generator=generator), 3, g,
                input_desc="n = 3", no_global_rng=True)
     assert out.shape == (3,)
+
+
+def test_watch_calls_sees_calls_however_imported_and_restores_the_profiler():
+    import sys
+
+    from softmaxbook.exercises import watch_calls
+    from softmaxbook.softmax import logsumexp as alias
+
+    before = sys.getprofile()
+    with watch_calls(alias) as seen:
+        import softmaxbook.softmax as sm
+        sm.logsumexp(torch.zeros(3), dim=0)
+    assert seen and seen[0] == "logsumexp"
+    with watch_calls(alias) as seen:
+        torch.logsumexp(torch.zeros(3), dim=0)
+    assert seen == []
+    assert sys.getprofile() is before

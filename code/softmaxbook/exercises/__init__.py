@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import importlib
 import math
+import sys
 import textwrap
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -44,6 +46,7 @@ __all__ = [
     "expect_true",
     "describe",
     "forbidden",
+    "watch_calls",
     "ExerciseLabelError",
 ]
 
@@ -311,6 +314,26 @@ def expect_equal(got: Any, expected: Any, *, input_desc: str, what: str = "resul
     elif got != expected:
         _fail(f"for input {input_desc}\n  expected {what} {describe(expected)}\n  but got      "
               f"{describe(got)}.", hint)
+
+
+@contextmanager
+def watch_calls(*targets):
+    """Record the names of the Python functions ``targets`` entered while the block runs:
+    ``with watch_calls(f, g) as seen: ...`` then ``seen`` is a list of names. A profile hook sees
+    the call however the learner imported the function (``forbidden`` covers torch functions)."""
+    codes = {t.__code__: t.__name__ for t in targets}
+    seen: list = []
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            seen.append(codes[frame.f_code])
+
+    old = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(old)
 
 
 def expect_true(condition: bool, message: str, hint: str | None = None) -> None:

@@ -12,32 +12,10 @@ and Seq-GAN" (book/09_hard_attention.ipynb).
 
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
-
 import torch
 
-from . import call, describe, exercise, expect_close, expect_true
+from . import call, describe, exercise, expect_close, expect_true, watch_calls
 from .. import attention
-
-
-@contextmanager
-def _watch_calls(*targets):
-    """Record whether any of the functions ``targets`` is entered while the block runs (a profile
-    hook sees the call however the learner imported the function)."""
-    codes = {t.__code__: t.__name__ for t in targets}
-    seen = []
-
-    def hook(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
-            seen.append(codes[frame.f_code])
-
-    old = sys.getprofile()
-    sys.setprofile(hook)
-    try:
-        yield seen
-    finally:
-        sys.setprofile(old)
 
 
 def _t(x):
@@ -190,7 +168,7 @@ def _check_marginal(marginal):
     for desc, a, ll in _MARGINAL_CASES:
         log_alpha, loglik = _t(a).log(), _t(ll)
         args = (log_alpha.clone(), loglik.clone())
-        with _watch_calls(attention.marginal_log_lik, attention.jensen_bound) as seen:
+        with watch_calls(attention.marginal_log_lik, attention.jensen_bound) as seen:
             got = call(marginal, *args, input_desc=desc)
         expect_true(not seen,
                     f"for input {desc} your function calls softmaxbook.attention."

@@ -9,35 +9,13 @@ equation" (book/05_euler_lagrange.ipynb).
 
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
-
 import torch
 
-from . import call, describe, exercise, expect_close, expect_true
+from . import call, describe, exercise, expect_close, expect_true, watch_calls
 from .. import variational
 
 
 # ------------------------------------------------------------------------------------------------
-@contextmanager
-def _watch_calls(target):
-    """Record whether the function ``target`` is entered while the block runs (a profile hook
-    sees the call however the learner imported the function)."""
-    code = target.__code__
-    seen = []
-
-    def hook(frame, event, arg):
-        if event == "call" and frame.f_code is code:
-            seen.append(True)
-
-    old = sys.getprofile()
-    sys.setprofile(hook)
-    try:
-        yield seen
-    finally:
-        sys.setprofile(old)
-
-
 _CANDIDATES = [
     # (description, f, exact residual 2f - 2f'')
     ("f = sinh(x), a solution", torch.sinh, lambda x: torch.zeros_like(x)),
@@ -55,7 +33,7 @@ def _check_residual(residual):
     for name, f, exact in _CANDIDATES:
         desc = f"{name}, x = torch.linspace(-1.5, 1.5, 7, dtype=torch.float64)"
         arg = x.clone()
-        with _watch_calls(variational.el_residual) as seen:
+        with watch_calls(variational.el_residual) as seen:
             got = call(residual, f, arg, input_desc=desc)
         expect_true(not seen,
                     f"for input {desc} your function calls softmaxbook.variational.el_residual, "
