@@ -169,3 +169,20 @@ def test_bad_input():
         SequenceModel(1)
     with pytest.raises(ValueError, match="argument 'scale'"):
         random_oracle(3, scale=-1.0)
+
+
+def test_train_seqgan_and_discriminator_bad_input():
+    oracle, gen, disc = _tiny()
+    g = torch.Generator().manual_seed(0)
+    data = oracle.sample(20, 3, generator=g)
+    with pytest.raises(TypeError, match="argument 'disc'"):
+        train_seqgan(gen, gen, oracle, data, data)
+    with pytest.raises(TypeError, match="argument 'real'"):
+        train_seqgan(gen, disc, oracle, data.tolist(), data)
+    with pytest.raises(ValueError, match="'real' and 'heldout'"):
+        train_seqgan(gen, disc, oracle, data, data[:, :2])
+    for name in ("g_batch", "n_rollouts", "d_steps", "eval_n"):
+        with pytest.raises(ValueError, match=f"argument '{name}'"):
+            train_seqgan(gen, disc, oracle, data, data, **{name: 0})
+    with pytest.raises(ValueError, match="argument 'batch_size'"):
+        train_discriminator(disc, data, data, batch_size=0)

@@ -230,6 +230,7 @@ def train_discriminator(disc: Discriminator, real: torch.Tensor, fake: torch.Ten
     _check_tokens(real, disc.vocab, "real", func)
     _check_tokens(fake, disc.vocab, "fake", func)
     steps = check_int(steps, "steps", func, minimum=1)
+    batch_size = check_int(batch_size, "batch_size", func, minimum=1)
     opt = optimizer or torch.optim.Adam(disc.parameters(), lr=check_positive_number(lr, "lr",
                                                                                      func))
     bce = nn.functional.binary_cross_entropy_with_logits
@@ -315,8 +316,20 @@ def train_seqgan(gen: SequenceModel, disc: Discriminator, oracle: SequenceModel,
                          f"{rollout!r}")
     if not 0.0 <= delay < 1.0:
         raise ValueError(f"{func}: argument 'delay' must be in [0, 1), got {delay}")
+    if not isinstance(disc, Discriminator):
+        raise TypeError(f"{func}: argument 'disc' must be a Discriminator, got "
+                        f"{type(disc).__name__}")
+    _check_tokens(real, gen.vocab, "real", func)
+    _check_tokens(heldout, gen.vocab, "heldout", func)
+    if heldout.shape[1] != real.shape[1]:
+        raise ValueError(f"{func}: arguments 'real' and 'heldout' must have the same length T, "
+                         f"got {real.shape[1]} and {heldout.shape[1]}")
     rounds = check_int(rounds, "rounds", func, minimum=1)
     eval_every = check_int(eval_every, "eval_every", func, minimum=1)
+    g_batch = check_int(g_batch, "g_batch", func, minimum=1)
+    n_rollouts = check_int(n_rollouts, "n_rollouts", func, minimum=1)
+    d_steps = check_int(d_steps, "d_steps", func, minimum=1)
+    eval_n = check_int(eval_n, "eval_n", func, minimum=1)
     length = real.shape[1]
     opt_g = torch.optim.Adam(gen.parameters(), lr=check_positive_number(lr, "lr", func))
     opt_d = torch.optim.Adam(disc.parameters(), lr=lr)
