@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -104,7 +105,8 @@ def test_downloadable_notebooks_become_student_notebooks(tmp_path):
     for path in chapters:
         shutil.copy(path, sources / path.name)
     (sources / "intro.md").write_text("# intro\n")
-    done = _extension().studentise_sources(tmp_path / "_sources")
+    # no execution cache here: the glued numbers are checked on the built site below
+    done = _extension().studentise_sources(tmp_path / "_sources", srcdir=ROOT)
     assert sorted(p.name for p in done) == sorted(p.name for p in chapters)
     for path in chapters:
         student = nbformat.read(sources / path.name, as_version=4)
@@ -112,7 +114,19 @@ def test_downloadable_notebooks_become_student_notebooks(tmp_path):
         assert leaks(student, full) == [], f"{path.name}: solutions left in the download"
         stubs = [c for c in student.cells if "exercise-stub" in c.metadata.get("tags", [])]
         assert stubs, f"{path.name}: the download has no exercise stubs"
+        # readable, as `book.py student` writes it: numbered stubs, no MyST left
+        assert all(re.match(r"# Exercise \d+\.\d+:", c.source) for c in stubs), \
+            f"{path.name}: a stub names its exercise by label: {stubs[0].source[:60]!r}"
+        assert myst_left(student, glue=False) == [], \
+            f"{path.name}: MyST source left in the download: {myst_left(student, glue=False)}"
     assert (sources / "intro.md").read_text() == "# intro\n"
+
+
+def myst_left(nb, glue=True) -> list[str]:
+    """MyST syntax that a plain notebook reader would show as source."""
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    marks = ["```{math}", "{eq}`", "{footcite", "{doc}`", "{ref}`", "{exercise", "{glue"]
+    return [m for m in marks if m in text and (glue or m != "{glue")]
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +176,8 @@ def test_download_button_gives_the_student_notebook(nosol_url, nosol_browser, pa
         assert leaks(downloaded, full) == [], f"{page}: the download button hands out solutions"
         outputs = [c for c in downloaded.cells if c.cell_type == "code" and c.outputs]
         assert outputs == [], f"{page}: the downloaded notebook has outputs"
+        assert myst_left(downloaded) == [], \
+            f"{page}: the download is not the readable student notebook: {myst_left(downloaded)}"
 
         hrefs = pg.evaluate("() => Array.from(document.querySelectorAll('a[href]'))"
                             ".map(a => a.href)")

@@ -12,7 +12,9 @@ Three ways a solution could leave that site, and what this extension does about 
    download button links to it: for a chapter that is the full notebook. When the build finishes,
    each notebook there is replaced by the student notebook
    (:func:`softmaxbook.exercises.student.make_student_notebook`: solutions removed, solution code
-   cells stubbed, outputs empty), so the button hands out what ``book.py student`` writes.
+   cells stubbed, outputs empty), so the button hands out what ``book.py student`` writes: its
+   markdown readable without MyST too (numbered equations, the glued numbers from this build's
+   execution cache, exercise numbers, citations; :mod:`softmaxbook.exercises.readable`).
 3. **Launch buttons and repository links.** Binder and Colab open the notebook from the
    repository, which holds the solutions; so do the repository and issue buttons lead there. In
    this build they are switched off (there is no student copy of the notebooks in the repository
@@ -53,20 +55,32 @@ def _no_launch_buttons(app, config) -> None:
     config.html_theme_options = options
 
 
-def studentise_sources(sources: Path) -> list[Path]:
+def studentise_sources(sources: Path, *, srcdir: Path | None = None,
+                       cache: Path | None = None) -> list[Path]:
     """Replace every notebook under ``sources`` (a site's ``_sources``) by its student version.
 
-    Returns the notebooks replaced. A notebook the student export cannot read is an error: the
-    site must not go out with a full notebook in it.
+    With ``srcdir`` (the book's source folder, holding ``_toc.yml``) the student notebooks are
+    the readable ones ``book.py student`` writes: equation and exercise numbers from the toc,
+    citations from ``references.bib`` beside the notebook, and the glued numbers from the
+    execution cache ``cache`` (never a new execution; without a cached run the ``{glue}`` roles
+    stay). Returns the notebooks replaced. A notebook the student export cannot read is an error:
+    the site must not go out with a full notebook in it.
     """
     import nbformat
 
-    from softmaxbook.exercises.student import make_student_notebook
+    from softmaxbook.exercises.student import _chapter_numbers, _context, make_student_notebook
 
+    numbers = _chapter_numbers(Path(srcdir)) if srcdir is not None else {}
     done = []
     for path in sorted(Path(sources).rglob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        nbformat.write(make_student_notebook(nb), path)
+        context = None
+        if srcdir is not None:
+            original = Path(srcdir) / path.relative_to(sources)
+            book = original.parent if original.is_file() else path.parent
+            context = _context(path, nb, numbers.get(path.stem), book,
+                               Path(cache) if cache else None, "cache")
+        nbformat.write(make_student_notebook(nb, chapter=path.stem, context=context), path)
         done.append(path)
     return done
 
@@ -76,7 +90,11 @@ def _studentise(app, exception) -> None:
         return
     if app.builder.format != "html":
         return
-    done = studentise_sources(Path(app.outdir) / "_sources")
+    cache = getattr(app.config, "nb_execution_cache_path", "") or None
+    if cache and not Path(cache).is_absolute():
+        cache = Path(app.srcdir) / cache
+    done = studentise_sources(Path(app.outdir) / "_sources", srcdir=Path(app.srcdir),
+                              cache=cache)
     logger.info("solution_free: %d downloadable notebooks replaced by student notebooks", len(done))
 
 
@@ -85,4 +103,4 @@ def setup(app):
     app.add_transform(RemoveSolutions)
     app.connect("config-inited", _no_launch_buttons, priority=900)
     app.connect("build-finished", _studentise)
-    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1.1"}
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1.2"}
