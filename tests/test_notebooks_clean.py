@@ -11,7 +11,9 @@ from conftest import BOOK, ROOT, chapter_notebooks
 
 NOTEBOOKS = sorted(BOOK.glob("*.ipynb")) + [ROOT / "tools" / "chapter_template.ipynb"]
 ALLOWED_NB_METADATA = {"kernelspec", "language_info"}
-ALLOWED_CELL_METADATA = {"tags"}
+ALLOWED_CELL_METADATA = {"tags", "mystnb"}
+# what a cell's mystnb metadata may hold: a figure's caption and name, an image's alt text
+ALLOWED_MYSTNB = {"figure": {"caption", "name"}, "image": {"alt"}}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -32,6 +34,10 @@ def test_clean_metadata(path: Path):
     for i, cell in enumerate(nb["cells"]):
         extra = set(cell.get("metadata", {})) - ALLOWED_CELL_METADATA
         assert not extra, f"{path.name} cell {i}: metadata {sorted(extra)}"
+        for key, value in cell.get("metadata", {}).get("mystnb", {}).items():
+            assert key in ALLOWED_MYSTNB, f"{path.name} cell {i}: mystnb metadata {key!r}"
+            extra = set(value) - ALLOWED_MYSTNB[key]
+            assert not extra, f"{path.name} cell {i}: mystnb {key} has {sorted(extra)}"
 
 
 def test_every_chapter_is_in_the_toc():

@@ -377,7 +377,8 @@ for path in sys.argv[1:]:
     nb = nbformat.read(path, as_version=4)
     nb.metadata = {k: v for k, v in nb.metadata.items() if k in ("kernelspec", "language_info")}
     for cell in nb.cells:
-        cell.metadata = {k: v for k, v in cell.metadata.items() if k == "tags"}
+        # tags (remove-input, solution, ...) and mystnb (a figure's caption, name and alt text)
+        cell.metadata = {k: v for k, v in cell.metadata.items() if k in ("tags", "mystnb")}
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     nbformat.write(nb, path)
