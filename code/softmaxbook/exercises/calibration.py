@@ -2,59 +2,87 @@
 (book/03_calibration.ipynb).
 
 * ``calibration-ece``: the expected calibration error by hand, with the chapter's bins
-  ((m-1)/M, m/M], weighted by the share of examples in each bin. Calling the package's own
-  ``expected_calibration_error`` (or torchmetrics) is rejected.
+  ((m-1)/M, m/M], weighted by the share of examples in each bin, a confidence of exactly 1 in the
+  last bin. Calling the package's own ``expected_calibration_error`` / ``reliability_bins`` or
+  torchmetrics' calibration error is rejected however it was imported.
 * ``calibration-kl-uniform``: ``KL(U || softmax(logits))`` per row from ``log_softmax``, finite at
-  extreme logits (the reverse KL, a missing ``log K`` and ``log(softmax)`` are caught).
+  extreme logits (the reverse KL, a missing ``log K`` and ``log(softmax)`` are caught; the
+  package's ``kl_uniform`` and ``confidence_loss`` are rejected).
 * ``calibration-fpr95``: the false-positive rate at 95 % true-positive rate, in-distribution
   positive, exact with ties (an interpolating quantile, a strict ``>`` and the swapped convention
-  are caught).
+  are caught; the package's ``ood_metrics`` and scikit-learn's ``roc_curve`` are rejected).
+
+A right answer may return a Python float or a 0-d float64 tensor; a float32 result is named as
+such (it carries only 7 digits where the inputs have 16).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from contextlib import ExitStack
-from unittest import mock
+import sys
 
 import torch
 
-from . import call, exercise, expect_close, expect_true
+from . import call, describe, exercise, expect_close, expect_true, watch_calls
 from .. import calibration as _cal
 
 f64 = dict(dtype=torch.float64)
 
 
+def _library_calls(module_funcs: dict, outside: dict) -> list:
+    """The functions a check watches: ``module_funcs`` of the package, plus the functions named
+    in ``outside`` ({module name: [attribute, ...]}) of libraries that are already imported (a
+    library the learner never imported cannot be called)."""
+    targets = list(module_funcs)
+    for module, names in outside.items():
+        mod = sys.modules.get(module)
+        for name in names if mod is not None else ():
+            func = getattr(mod, name, None)
+            # scikit-learn wraps its public functions in a validating decorator whose code is
+            # shared by all of them: watch the function inside
+            func = inspect.unwrap(func) if func is not None else None
+            if func is not None and hasattr(func, "__code__"):
+                targets.append(func)
+    return targets
+
+
+def _run_watched(func, args, *, input_desc, targets, shown, task):
+    """Call the learner's function, failing if it enters one of the functions that
+    ``targets()`` lists. A library imported during the call (inside the learner's function)
+    was not watched yet: then the call runs once more with it watched."""
+    watched = targets()
+    with watch_calls(*watched) as seen:
+        got = call(func, *args, input_desc=input_desc)
+    if not seen and len(targets()) > len(watched):
+        with watch_calls(*targets()) as seen:
+            got = call(func, *args, input_desc=input_desc)
+    if seen:
+        expect_true(False, f"for input {input_desc} your function calls {shown(seen[0])}, a "
+                    f"ready-made {task}; this exercise asks you to write it yourself.")
+    return got
+
+
+def _scalar_f64(got, *, input_desc: str, inputs_dtype, what: str):
+    """A number, or a tensor with one element, as a 0-d float64 tensor; a float32 result fails.
+
+    ``torch.as_tensor`` of a Python float is float32, so without this a right answer returned
+    as a Python float would differ from the reference by ~1e-8 and be rejected."""
+    if isinstance(got, (float, int)) and not isinstance(got, bool):
+        return torch.tensor(float(got), **f64)
+    if isinstance(got, torch.Tensor) and got.numel() == 1:
+        if got.is_floating_point() and got.dtype != inputs_dtype:
+            expect_true(False, f"for input {input_desc} ({inputs_dtype}) your {what} is "
+                        f"{got.dtype}: it lost precision on the way.",
+                        hint=f"keep the computation in {inputs_dtype}, the dtype of the "
+                        "inputs (a .float() or a float32 tensor made along the way drops it).")
+        return got.detach().reshape(()).to(torch.float64)
+    expect_true(False, f"for input {input_desc} the {what} should be one number (a float or a "
+                "tensor with one element), got " + describe(got) + ".")
+
+
 def _reference_ece(probs, labels, n_bins):
     return _cal.expected_calibration_error(probs, labels, n_bins).item()
-
-
-def _no_library(func, *args, input_desc):
-    """Run the learner's function with the ready-made ECEs replaced by a trap."""
-    def trap(*a, **k):
-        raise _UsedLibrary()
-
-    with ExitStack() as stack:
-        stack.enter_context(mock.patch.object(_cal, "expected_calibration_error", trap))
-        stack.enter_context(mock.patch.object(_cal, "reliability_bins", trap))
-        try:
-            import torchmetrics.functional.classification as tmc
-            for name in ("multiclass_calibration_error", "binary_calibration_error",
-                         "calibration_error"):
-                if hasattr(tmc, name):
-                    stack.enter_context(mock.patch.object(tmc, name, trap))
-        except ImportError:  # pragma: no cover - torchmetrics is in requirements.txt
-            pass
-        try:
-            return call(func, *args, input_desc=input_desc)
-        except _UsedLibrary:
-            expect_true(False, f"for input {input_desc} your function calls a ready-made "
-                        "calibration error (softmaxbook or torchmetrics); this exercise asks "
-                        "you to compute the bins yourself.")
-
-
-class _UsedLibrary(BaseException):  # not swallowed by a learner's `except Exception`
-    pass
 
 
 def _ece_cases():
@@ -75,18 +103,35 @@ def _ece_cases():
                           [0.34, 0.33, 0.33]], **f64)
     labels = torch.tensor([1, 2, 0, 2])
     cases.append(("4 rows, 3 classes, 10 bins", probs, labels, 10))
+    # confidences of exactly 1 share the last bin (0.9, 1] with 0.95 and 0.97: an answer that
+    # drops them, or gives them a bin of their own (as torchmetrics does), gets another value
+    probs = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.95, 0.05, 0.0],
+                          [0.97, 0.0, 0.03], [0.5, 0.3, 0.2]], **f64)
+    labels = torch.tensor([0, 1, 0, 0, 2])
+    cases.append(("confidences 1, 1, 0.95, 0.97, 0.5, 10 bins", probs, labels, 10))
     return cases
+
+
+_ECE_LIBRARY = {
+    "torchmetrics.functional.classification.calibration_error": ["_ce_compute"],
+}
 
 
 @exercise("calibration-ece", "expected calibration error by hand")
 def _check_ece(ece):
     """``ece(probs, labels, n_bins)`` -> float or 0-d tensor."""
     cases = _ece_cases()
+    own = {_cal.expected_calibration_error: "expected_calibration_error",
+           _cal.reliability_bins: "reliability_bins", _cal._reliability: "_reliability"}
     for desc, probs, labels, n_bins in cases:
-        got = _no_library(ece, probs.clone(), labels.clone(), n_bins, input_desc=desc)
+        got = _run_watched(
+            ece, (probs.clone(), labels.clone(), n_bins), input_desc=desc,
+            targets=lambda: _library_calls(own, _ECE_LIBRARY),
+            shown=lambda name: (f"softmaxbook.calibration.{name}" if name in own.values()
+                                else "torchmetrics' calibration error"),
+            task="calibration error")
+        got = _scalar_f64(got, input_desc=desc, inputs_dtype=probs.dtype, what="ECE")
         expected = _reference_ece(probs, labels, n_bins)
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.reshape(())
         hint = ("for each bin: the share of all examples in it times |accuracy - mean "
                 "confidence| of its examples; sum over non-empty bins. The confidence is the "
                 "largest probability of a row, and 'correct' means its argmax is the label.")
@@ -94,6 +139,14 @@ def _check_ece(ece):
             hint = ("check which bin a confidence exactly on an edge goes to: the chapter's "
                     "bins are closed on the right, ((m-1)/M, m/M], so 0.6 is in (0.4, 0.6]; "
                     "and a tie 0.5/0.5 predicts the first class (argmax).")
+        elif "confidences 1" in desc:
+            hint = ("a confidence of exactly 1 belongs to the last bin ((M-1)/M, 1] together "
+                    "with the other confidences there; it is neither left out nor given a bin "
+                    "of its own.")
+        if torch.allclose(got, torch.tensor(expected, **f64), rtol=1e-5, atol=0):
+            hint = ("your value agrees to about 6 digits only: part of the computation ran "
+                    "in float32 (a .float() or a float32 tensor made along the way); keep it "
+                    "in the dtype of probs.")
         expect_close(got, torch.tensor(expected, **f64), input_desc=desc, rtol=1e-9, atol=1e-12,
                      what="ECE", hint=hint)
     return len(cases)
@@ -112,8 +165,11 @@ def _check_kl_uniform(kl):
                                                                [0.0, 1000.0]], **f64)),
         ("float32 logits [[100, -100, 0]]", torch.tensor([[100.0, -100.0, 0.0]])),
     ]
+    own = {_cal.kl_uniform: "kl_uniform", _cal.confidence_loss: "confidence_loss"}
     for desc, logits in cases:
-        got = call(kl, logits.clone(), input_desc=desc)
+        got = _run_watched(kl, (logits.clone(),), input_desc=desc, targets=lambda: list(own),
+                           shown=lambda name: f"softmaxbook.calibration.{name}",
+                           task="KL(U || p)")
         expected = _cal.kl_uniform(logits)
         hint = ("KL(U || p) = sum_k (1/K) log((1/K) / p_k): the expectation is under the "
                 "uniform U, and log p comes from log_softmax.")
@@ -144,6 +200,10 @@ def _check_kl_uniform(kl):
 
 
 # ------------------------------------------------------------------------------------------------
+_ROC_LIBRARY = {"sklearn.metrics": ["roc_curve"],
+                "sklearn.metrics._ranking": ["_binary_clf_curve"]}
+
+
 @exercise("calibration-fpr95", "FPR at 95 % TPR by hand")
 def _check_fpr95(fpr95):
     """``fpr95(scores_in, scores_out)`` -> float or 0-d tensor."""
@@ -160,19 +220,22 @@ def _check_fpr95(fpr95):
          (torch.randn(200, generator=g, **f64) + 1).round(decimals=1),
          torch.randn(150, generator=g, **f64).round(decimals=1)),
     ]
+    own = {_cal.ood_metrics: "ood_metrics", _cal._metrics_one_way: "_metrics_one_way",
+           _cal._curve: "_curve"}
     for desc, s_in, s_out in cases:
-        got = call(fpr95, s_in.clone(), s_out.clone(), input_desc=desc)
-        if isinstance(got, torch.Tensor) and got.numel() == 1:
-            got = got.reshape(())
+        got = _run_watched(
+            fpr95, (s_in.clone(), s_out.clone()), input_desc=desc,
+            targets=lambda: _library_calls(own, _ROC_LIBRARY),
+            shown=lambda name: (f"softmaxbook.calibration.{name}" if name in own.values()
+                                else f"scikit-learn's {name.lstrip('_')}"),
+            task="ROC curve")
+        got = _scalar_f64(got, input_desc=desc, inputs_dtype=s_in.dtype, what="FPR")
         expected = _cal.ood_metrics(s_in, s_out)["fpr_at_95_tpr"]
         swapped = _cal.ood_metrics(s_in, s_out, positive="out")["fpr_at_95_tpr"]
         hint = ("take the largest threshold t such that at least 95 % of scores_in are >= t, "
                 "then return the fraction of scores_out that are >= t.")
-        try:
-            value = float(got)
-        except (TypeError, ValueError):
-            value = None
-        if value is not None and abs(value - swapped) < 1e-12 and abs(swapped - expected) > 1e-12:
+        value = float(got)
+        if abs(value - swapped) < 1e-12 and abs(swapped - expected) > 1e-12:
             hint = ("this is the FPR with out-of-distribution as the positive class; the "
                     "exercise takes in-distribution as positive (higher score = in).")
         elif "ties" in desc:
