@@ -304,3 +304,92 @@ def test_minimize_non_elementwise_lagrangian():
 def test_other_bad_input(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+# ------------------------------------------------------------------------------------------------
+# Found by the cold read: errors inside the user's callables, NaN Lagrangians, paths without a
+# gradient, tolerances, and the cycloid at extreme end points
+# ------------------------------------------------------------------------------------------------
+def test_residual_of_a_lagrangian_that_ignores_its_arguments_is_zero():
+    # a constant F (or one of x alone) has no f- or f'-dependence: residual 0, not a torch error
+    assert torch.equal(el_residual(lambda x, f, p: torch.ones_like(x), torch.sin, X),
+                       torch.zeros_like(X))
+    assert torch.equal(el_residual(lambda x, f, p: x ** 2, torch.sin, X), torch.zeros_like(X))
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: torch.sin(x).detach(),
+    lambda x: torch.from_numpy(np.sin(x.detach().numpy())),
+])
+def test_residual_rejects_a_path_without_gradient(f):
+    # such an f used to be taken for a constant path (f' = f'' = 0): a wrong residual, silently
+    with pytest.raises(ValueError, match="el_residual: argument 'f' is not differentiable"):
+        el_residual(quad, f, X)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    # a NaN Lagrangian: sqrt of a negative f
+    (lambda: el_residual(lambda x, f, p: torch.sqrt(f) + p ** 2, torch.sin, X), ValueError,
+     r"el_residual: argument 'F' gives a non-finite value \(nan\) .* at x = -1 \(index 0\)"),
+    # the brachistochrone at its singular start
+    (lambda: el_residual(brach, lambda t: cycloid(t, math.pi, -2.0),
+                         torch.linspace(0.0, math.pi, 5, **f64)), ValueError,
+     r"el_residual: argument 'F' gives a non-finite value .* at x = 0 "),
+    (lambda: el_residual(quad, lambda x: 1 / x, torch.tensor([0.0, 1.0], **f64)), ValueError,
+     r"el_residual: argument 'f' gives a non-finite value \(inf\) for f\(x\) at x = 0"),
+    (lambda: el_residual(lambda x, f: f, torch.sin, X), TypeError,
+     r"el_residual: argument 'F' failed when called as F\(x, f, fp\)"),
+    (lambda: el_residual(lambda x, f, p: np.sqrt(1 + p ** 2), torch.sin, X), ValueError,
+     r"el_residual: argument 'F' failed .* torch operations"),
+    (lambda: el_residual(quad, lambda x: torch.sin(x).long(), X), TypeError,
+     "el_residual: argument 'f' must return a floating tensor"),
+    (lambda: discrete_functional(lambda x, f, p: torch.sqrt(f), torch.tensor([0.0, 1.0, 2.0]),
+                                 torch.tensor([1.0, 1.0, -1.0])), ValueError,
+     r"discrete_functional: argument 'F' gives a non-finite integral \(nan\) on this path "
+     r"\(first in cell 1, x in \[1, 2\]\)"),
+    (lambda: discrete_functional(lambda x: x, torch.tensor([0.0, 1.0]), torch.zeros(2)),
+     TypeError, "discrete_functional: argument 'F' failed when called"),
+    (lambda: minimize_functional(lambda x, f: f, 0.0, 1.0, 0.0, 1.0), TypeError,
+     "minimize_functional: argument 'F' failed when called"),
+    (lambda: minimize_functional(arc, 0.0, 1.0, 0.0, 1.0, init=lambda: 0), TypeError,
+     r"minimize_functional: argument 'init' failed when called as init\(x\)"),
+    (lambda: minimize_functional(arc, 0.0, 1.0, 0.0, 1.0, gtol=-1.0), ValueError,
+     "argument 'gtol' must be >= 0"),
+    (lambda: minimize_functional(arc, 0.0, 1.0, 0.0, 1.0, gtol=float("nan")), ValueError,
+     "argument 'gtol' must be finite"),
+    (lambda: minimize_functional(arc, 0.0, 1.0, 0.0, 1.0, ftol="1e-15"), TypeError,
+     "argument 'ftol' must be a real number"),
+])
+def test_bad_callables_and_tolerances(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def _cycloid_time_mp(b, fb, g=G):
+    """Reference travel time with 50 digits (mpmath bisection on the same equation)."""
+    import mpmath as mp
+    with mp.workdps(50):
+        ratio = mp.mpf(b) / -mp.mpf(fb)
+        lo, hi = mp.mpf("1e-40"), 2 * mp.pi - mp.mpf("1e-40")
+        for _ in range(400):
+            mid = (lo + hi) / 2
+            if (mid - mp.sin(mid)) / (1 - mp.cos(mid)) < ratio:
+                lo = mid
+            else:
+                hi = mid
+        return float(lo * mp.sqrt(-mp.mpf(fb) / (1 - mp.cos(lo)) / g))
+
+
+@pytest.mark.parametrize("b, fb", [(1e-9, -1.0), (1e-6, -1.0), (1e-2, -1.0), (math.pi, -2.0),
+                                   (1e3, -1.0), (1e6, -1e-6)])
+def test_cycloid_time_at_extreme_end_points(b, fb):
+    # theta - sin(theta) and 1 - cos(theta) cancel for small theta (and near 2 pi): before the
+    # fix, (1e-9, -1) was 2 % off and (1e-6, -1) 5e-6; now within 1e-9 everywhere
+    assert abs(cycloid_time(b, fb) / _cycloid_time_mp(b, fb) - 1) < 1e-9
+
+
+def test_cycloid_near_vertical_start_meets_its_end():
+    # an almost vertical drop: the curve still ends at fb and its residual still vanishes
+    x = torch.tensor([0.0, 5e-7, 1e-6], **f64)
+    y = cycloid(x, 1e-6, -1.0)
+    assert y[0] == 0 and abs(float(y[-1]) + 1) < 1e-9 and bool((y[1:] < 0).all())

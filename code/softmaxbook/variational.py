@@ -97,6 +97,19 @@ def _check_real(value, name: str, func: str) -> float:
     return value
 
 
+def _call(fn, args, name: str, func: str, signature: str):
+    """``fn(*args)``; an error raised inside a user's callable is re-raised naming the argument
+    (a Lagrangian with two parameters, or one using ``math.sqrt`` on a tensor, otherwise gives
+    a bare message from deep inside torch or Python)."""
+    try:
+        return fn(*args)
+    except Exception as err:
+        kind = TypeError if isinstance(err, TypeError) else ValueError
+        raise kind(f"{func}: argument '{name}' failed when called as {signature} on tensors "
+                   f"of shape {tuple(args[0].shape)} ({type(err).__name__}: {err}); it must "
+                   "take tensors and use torch operations elementwise") from err
+
+
 def _check_output(out, shape, what: str, func: str) -> torch.Tensor:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{func}: {what} must return a torch.Tensor, got {type(out).__name__}")
@@ -104,6 +117,17 @@ def _check_output(out, shape, what: str, func: str) -> torch.Tensor:
         raise ValueError(f"{func}: {what} must act elementwise and return shape "
                          f"{tuple(shape)}, got {tuple(out.shape)}")
     return out
+
+
+def _check_finite_values(values, name: str, what: str, x, func: str) -> None:
+    """A clear error where a user's callable gives NaN or ±inf (names the first point)."""
+    bad = ~torch.isfinite(values.detach())
+    if bool(bad.any()):
+        i = int(torch.nonzero(bad.reshape(-1))[0])
+        raise ValueError(f"{func}: argument '{name}' gives a non-finite value "
+                         f"({float(values.detach().reshape(-1)[i])}) for {what} at x = "
+                         f"{float(x.reshape(-1)[i]):.6g} (index {i}); evaluate inside its "
+                         "domain (an end where F is singular is not a point of the residual)")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -138,7 +162,10 @@ def el_residual(F: Callable, f: Callable, x: torch.Tensor) -> torch.Tensor:
     ------
     TypeError, ValueError
         For a non-callable ``F`` or ``f``, a bad ``x``, an ``f`` or ``F`` that does not act
-        elementwise, or an ``f`` that is not differentiable by autograd.
+        elementwise or fails when called, an ``f`` whose values carry no autograd gradient
+        (NumPy, ``.detach()``; a constant path is fine), or an ``f`` or ``F`` that is NaN or
+        infinite at one of the points (the message names the first; the brachistochrone's
+        start x = 0 is such a point).
     """
     func = "el_residual"
     _check_callable(F, "F", func)
@@ -148,9 +175,17 @@ def el_residual(F: Callable, f: Callable, x: torch.Tensor) -> torch.Tensor:
 
     with torch.enable_grad():
         xg = x.detach().clone().requires_grad_(True)
-        y = _check_output(f(xg), x.shape, "argument 'f'", func)
+        y = _check_output(_call(f, (xg,), "f", func, "f(x)"), x.shape, "argument 'f'", func)
+        if not y.is_floating_point():
+            raise TypeError(f"{func}: argument 'f' must return a floating tensor, got {y.dtype}")
+        _check_finite_values(y, "f", "f(x)", x, func)
         if not y.requires_grad:
-            # f ignores x (a constant path): f′ = f″ = 0
+            # No graph back to x: a constant path (f′ = f″ = 0) -- or a path computed outside
+            # autograd (NumPy, .detach()), whose derivatives we cannot take. Tell them apart.
+            if y.numel() and not bool((y == y.reshape(-1)[0]).all()):
+                raise ValueError(f"{func}: argument 'f' is not differentiable by autograd: its "
+                                 "values vary with x but carry no gradient (computed with "
+                                 "NumPy, math or .detach()?); write it with torch operations")
             yp = torch.zeros_like(y)
             ypp = torch.zeros_like(y)
         else:
@@ -165,7 +200,12 @@ def el_residual(F: Callable, f: Callable, x: torch.Tensor) -> torch.Tensor:
         X = x.detach().clone().requires_grad_(True)
         Y = y.detach().clone().requires_grad_(True)
         YP = yp.detach().clone().requires_grad_(True)
-        val = _check_output(F(X, Y, YP), x.shape, "argument 'F'", func)
+        val = _check_output(_call(F, (X, Y, YP), "F", func, "F(x, f, fp)"), x.shape,
+                            "argument 'F'", func)
+        _check_finite_values(val, "F", "F(x, f(x), f'(x))", x, func)
+        if not val.requires_grad:
+            # F does not depend on any of its arguments: every partial derivative is 0.
+            return torch.zeros_like(y).detach()
         dF_dy, dF_dyp = torch.autograd.grad(val.sum(), (Y, YP), create_graph=True,
                                             allow_unused=True)
         dF_dy = torch.zeros_like(y) if dF_dy is None else dF_dy
@@ -219,6 +259,13 @@ def discrete_functional(F: Callable, x: torch.Tensor, y: torch.Tensor) -> torch.
     -------
     Tensor, 0-d
         The approximation of J, in the dtype of ``y``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a bad ``x`` or ``y``, a non-callable ``F`` or one that fails when called or does
+        not act elementwise, and a path on which the integral is NaN or infinite (the path
+        leaves F's domain; the message names the first such cell).
     """
     func = "discrete_functional"
     _check_callable(F, "F", func)
@@ -234,7 +281,19 @@ def discrete_functional(F: Callable, x: torch.Tensor, y: torch.Tensor) -> torch.
     check_finite(y.detach(), "y", func)
     if not bool((x[1:] > x[:-1]).all()):
         raise ValueError(f"{func}: argument 'x' must be strictly increasing")
-    return _polygon_integral(F, x.to(y.dtype), y, func)
+    J = _polygon_integral(F, x.to(y.dtype), y, func)
+    if not torch.isfinite(J.detach()):
+        # name the first cell where the integral is not finite (NaN: the path leaves F's
+        # domain, e.g. sqrt of a negative number; inf: a singularity that is not integrable)
+        with torch.no_grad():
+            cells = torch.stack([_polygon_integral(F, x[i:i + 2].to(y.dtype), y[i:i + 2], func)
+                                 for i in range(x.numel() - 1)])
+        bad = torch.nonzero(~torch.isfinite(cells))
+        i = int(bad[0]) if bad.numel() else 0
+        raise ValueError(f"{func}: argument 'F' gives a non-finite integral ({float(J)}) on "
+                         f"this path (first in cell {i}, x in [{float(x[i]):.4g}, "
+                         f"{float(x[i + 1]):.4g}]); the path leaves F's domain there")
+    return J
 
 
 def _polygon_integral(F, x, y, func: str) -> torch.Tensor:
@@ -250,7 +309,8 @@ def _polygon_integral(F, x, y, func: str) -> torch.Tensor:
     xs = x[:-1, None] + h[:, None] * u
     fs = y[:-1, None] + (y[1:] - y[:-1])[:, None] * u
     ps = slope[:, None].expand_as(xs)
-    vals = _check_output(F(xs, fs, ps), xs.shape, "argument 'F'", func)
+    vals = _check_output(_call(F, (xs, fs, ps), "F", func, "F(x, f, fp)"), xs.shape,
+                         "argument 'F'", func)
     return (vals * weight).sum(dim=1).mul(h).sum()
 
 
@@ -411,9 +471,10 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
     Raises
     ------
     TypeError, ValueError
-        For b ≤ a, non-finite ends, n < 2, an unknown ``singular``, a non-float dtype, or a
-        Lagrangian whose value on the initial path is NaN or infinite (the message names the
-        first bad cell).
+        For b ≤ a, non-finite ends, n < 2, an unknown ``singular``, a non-float dtype,
+        negative or non-finite ``gtol``/``ftol``, an ``F`` or ``init`` that fails when called,
+        or a Lagrangian whose value on the initial path is NaN or infinite (the message names
+        the first bad cell).
     """
     func = "minimize_functional"
     _check_callable(F, "F", func)
@@ -431,12 +492,17 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
         _check_callable(init, "init", func)
     max_iter = check_int(max_iter, "max_iter", func, minimum=1)
     history = check_int(history, "history", func, minimum=1)
+    for name, tol in (("gtol", gtol), ("ftol", ftol)):
+        if _check_real(tol, name, func) < 0:
+            raise ValueError(f"{func}: argument '{name}' must be >= 0, got {tol}")
+    gtol, ftol = float(gtol), float(ftol)
 
     if singular == "auto":
         slope = torch.tensor([(fb - fa) / (b - a)] * 2, dtype=dtype)
         with torch.no_grad():
-            ends = F(torch.tensor([a, b], dtype=dtype), torch.tensor([fa, fb], dtype=dtype),
-                     slope)
+            ends = _call(F, (torch.tensor([a, b], dtype=dtype),
+                             torch.tensor([fa, fb], dtype=dtype), slope),
+                         "F", func, "F(x, f, fp)")
         ends = _check_output(ends, (2,), "argument 'F'", func)
         bad = [not math.isfinite(float(v)) for v in ends]
         singular = {(False, False): "none", (True, False): "a", (False, True): "b",
@@ -446,7 +512,8 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
     if init is None:
         y0 = fa + (fb - fa) * (x - a) / (b - a)
     else:
-        y0 = _check_output(init(x), x.shape, "argument 'init'", func).detach().to(dtype)
+        y0 = _check_output(_call(init, (x,), "init", func, "init(x)"), x.shape,
+                           "argument 'init'", func).detach().to(dtype)
         check_finite(y0, "init(x)", func)
         y0 = y0.clone()
     y0[0], y0[-1] = fa, fb
@@ -457,7 +524,8 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
         with torch.no_grad():
             h = x[1:] - x[:-1]
             mid = (y0[1:] + y0[:-1]) / 2
-            cell = F(x[:-1] + h / 2, mid, (y0[1:] - y0[:-1]) / h)
+            cell = _call(F, (x[:-1] + h / 2, mid, (y0[1:] - y0[:-1]) / h), "F", func,
+                         "F(x, f, fp)")
         where = torch.nonzero(~torch.isfinite(cell))
         first = int(where[0]) if where.numel() else 0
         raise ValueError(
@@ -488,6 +556,26 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
 # ------------------------------------------------------------------------------------------------
 # The exact brachistochrone
 # ------------------------------------------------------------------------------------------------
+# θ − sin θ and 1 − cos θ lose all their digits to cancellation for small θ (θ − sin θ ≈ θ³/6,
+# and 1 − cos θ ≈ θ²/2 also near 2π): a path that starts almost vertically, b / (−fb) = 1e-9,
+# got a travel time 2 % off. 1 − cos θ = 2 sin²(θ/2) has no cancellation; θ − sin θ is summed
+# as its Taylor series below θ = 1/4 (the first omitted term, θ¹³/13!, is below 1e-15 of it).
+_SERIES_BELOW = 0.25
+
+
+def _one_minus_cos(t):
+    s = torch.sin(t / 2) if isinstance(t, torch.Tensor) else math.sin(t / 2)
+    return 2 * s * s
+
+
+def _t_minus_sin(t):
+    t2 = t * t
+    series = t * t2 / 6 * (1 - t2 / 20 * (1 - t2 / 42 * (1 - t2 / 72 * (1 - t2 / 110))))
+    if isinstance(t, torch.Tensor):
+        return torch.where(t.abs() < _SERIES_BELOW, series, t - torch.sin(t))
+    return series if abs(t) < _SERIES_BELOW else t - math.sin(t)
+
+
 def _cycloid_params(b: float, fb: float) -> tuple[float, float]:
     """(r, θ_b) of the cycloid x = r(θ − sin θ), f = −r(1 − cos θ) through (b, fb)."""
     # (θ − sin θ)/(1 − cos θ) increases from 0 to +inf on (0, 2π): bisection for θ_b.
@@ -495,12 +583,12 @@ def _cycloid_params(b: float, fb: float) -> tuple[float, float]:
     lo, hi = 1e-12, 2 * math.pi - 1e-12
     for _ in range(200):
         mid = (lo + hi) / 2
-        if (mid - math.sin(mid)) / (1 - math.cos(mid)) < ratio:
+        if _t_minus_sin(mid) / _one_minus_cos(mid) < ratio:
             lo = mid
         else:
             hi = mid
     theta = (lo + hi) / 2
-    return -fb / (1 - math.cos(theta)), theta
+    return -fb / _one_minus_cos(theta), theta
 
 
 def _check_end(b, fb, func: str) -> tuple[float, float]:
@@ -550,16 +638,19 @@ def cycloid(x: torch.Tensor, b, fb) -> torch.Tensor:
         hi = torch.full_like(u, theta_b)
         for _ in range(60 if u.dtype == torch.float64 else 30):
             mid = (lo + hi) / 2
-            below = mid - torch.sin(mid) < u
+            below = _t_minus_sin(mid) < u
             lo = torch.where(below, mid, lo)
             hi = torch.where(below, hi, mid)
         theta0 = (lo + hi) / 2
     theta = theta0
     for _ in range(2):
         # Newton step for θ − sin θ = u; 1 − cos θ vanishes only at θ = 0 (x = 0), kept finite.
-        denom = (1 - torch.cos(theta)).clamp_min(torch.finfo(u.dtype).tiny)
-        theta = theta - (theta - torch.sin(theta) - u) / denom
-    return -r * (1 - torch.cos(theta))
+        denom = _one_minus_cos(theta).clamp_min(torch.finfo(u.dtype).tiny)
+        theta = theta - (_t_minus_sin(theta) - u) / denom
+    f = -r * _one_minus_cos(theta)
+    # At x = 0 the bisection leaves θ ≈ 1e-18 instead of 0: f there is −r θ²/2 ≈ −1e-36. Make
+    # the value exactly 0 and keep the (huge, negative) derivative of the vertical start.
+    return f - f.detach() * (u == 0)
 
 
 def cycloid_time(b, fb, g: float = 9.81) -> float:
