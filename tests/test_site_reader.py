@@ -212,3 +212,27 @@ def test_exercises_are_in_the_page_contents(browser, server, page):  # noqa: F81
         assert link.is_visible(), f"{page}: at exercise {last}, its page-contents entry is hidden"
     finally:
         v.close()
+
+
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_figure_labels_are_readable_on_a_phone(visit, page):
+    """At 390 px no figure is shrunk so far that its 9-point tick labels (12.5 px at the figure's
+    own size, half its 2x PNG's width) fall under 9 px; a figure wider than the column scrolls
+    inside its own output box (book.css), not the page."""
+    from softmaxbook.plotting import _STYLE
+
+    label_px = _STYLE["xtick.labelsize"] * _STYLE["figure.dpi"] / 72
+    v = visit(page, *PHONE)
+    figures = v.page.evaluate("""() => Array.from(document.querySelectorAll(
+            'main .cell_output img')).filter(img => img.naturalWidth > 0).map(img => {
+        const box = img.closest('.cell_output');
+        return [img.getAttribute('src').split('/').pop().slice(0, 12), img.width,
+                img.naturalWidth, getComputedStyle(box).overflowX];
+    })""")
+    assert figures, f"{page}: no figures found"
+    small = [(name, shown, natural) for name, shown, natural, _ in figures
+             if label_px * shown / (natural / 2) < 9]
+    assert small == [], f"{page}: tick labels under 9 px on a phone (file, shown, pixels): {small}"
+    clipped = [name for name, shown, natural, overflow in figures
+               if overflow not in ("auto", "scroll")]
+    assert clipped == [], f"{page}: figures whose box does not scroll sideways: {clipped}"
