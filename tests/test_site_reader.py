@@ -187,31 +187,29 @@ def test_figures_are_sharp_on_high_density_screens(visit, page):
 
 
 @pytest.mark.parametrize("page", CHAPTERS)
-def test_exercises_are_in_the_page_contents(browser, server, page):  # noqa: F811
+def test_exercises_are_in_the_page_contents(visit, page):
     """Every exercise has an entry in the page contents (book/_ext/exercise_toc.py) with the
     number its title shows, and the entry is on screen once the reader is at that exercise."""
-    v = PageVisit(browser, f"{server}/{page}.html", *DESKTOP)
-    try:
-        found = v.page.evaluate(r"""() => Array.from(document.querySelectorAll(
-                'main div.exercise[id]')).map(ex => {
-            const title = ex.querySelector('.admonition-title').textContent.trim();
-            const link = document.querySelector(
-                '.bd-sidebar-secondary nav a[href="#' + ex.id + '"]');
-            return [ex.id, title, link ? link.textContent.trim() : null];
-        })""")
-        assert found, f"{page}: no exercises found"
-        for label, title, entry in found:
-            assert entry is not None, f"{page}: exercise {label} is not in the page contents"
-            number = title.split()[1]
-            assert entry.startswith(f"Exercise {number} ("), (
-                f"{page}: the page contents say {entry!r} for the exercise titled {title!r}")
-        last = found[-1][0]
-        v.page.locator(f"#{last}").scroll_into_view_if_needed()
-        v.page.wait_for_timeout(600)  # the theme's scroll spy marks the section on screen
-        link = v.page.locator(f'.bd-sidebar-secondary nav a[href="#{last}"]')
-        assert link.is_visible(), f"{page}: at exercise {last}, its page-contents entry is hidden"
-    finally:
-        v.close()
+    v = visit(page, *DESKTOP)
+    found = v.page.evaluate(r"""() => Array.from(document.querySelectorAll(
+            'main div.exercise[id]')).map(ex => {
+        const title = ex.querySelector('.admonition-title').textContent.trim();
+        const link = document.querySelector(
+            '.bd-sidebar-secondary nav a[href="#' + ex.id + '"]');
+        return [ex.id, title, link ? link.textContent.trim() : null];
+    })""")
+    assert found, f"{page}: no exercises found"
+    for label, title, entry in found:
+        assert entry is not None, f"{page}: exercise {label} is not in the page contents"
+        number = title.split()[1]
+        assert entry.startswith(f"Exercise {number} ("), (
+            f"{page}: the page contents say {entry!r} for the exercise titled {title!r}")
+    last = found[-1][0]
+    v.page.locator(f"#{last}").scroll_into_view_if_needed()
+    v.page.wait_for_timeout(600)  # the theme's scroll spy marks the section on screen
+    link = v.page.locator(f'.bd-sidebar-secondary nav a[href="#{last}"]')
+    assert link.is_visible(), f"{page}: at exercise {last}, its page-contents entry is hidden"
+    v.page.evaluate("() => window.scrollTo(0, 0)")  # the page is shared with other tests
 
 
 @pytest.mark.parametrize("page", CHAPTERS)
