@@ -49,6 +49,12 @@ def finite_difference(f, x, h=1e-4):
      r"for input f = sinh\(x\)"),
     # f'' by a finite difference: close, but not to 1e-9
     (finite_difference, r"(?s)for input f = .*Hint: .*finite difference"),
+    # the sign of f'' flipped (2f + 2f''): wrong even at the solution sinh
+    (lambda f, x: 2 * derivatives(f, x)[0] + 2 * derivatives(f, x)[2],
+     r"for input f = sinh\(x\)"),
+    # computed in float32: 1e-7 off
+    (lambda f, x: right_residual(f, x.float()),
+     r"for input f = sinh\(x\).* dtype torch.float32, not float64"),
     # the library's el_residual: forbidden
     (lambda f, x: el_residual(lambda t, y, p: p ** 2 + y ** 2, f, x),
      "calls softmaxbook.variational.el_residual"),
@@ -126,6 +132,12 @@ def two_point(energies, mean_energy):
                                                      r"energy"),
     (two_point, r"(?s)for input energies \[0, 1, 2, 3\], mean 1.5.*expected "
                 r"distribution"),
+    # beta searched only in [0, 50]: a mean above the plain average needs beta < 0
+    (lambda e, m: torch.softmax(-max(solve_beta(e, m), 0.0) * e, 0),
+     r"mean 2.6 \(above the average\).*mean energy"),
+    # computed in float32
+    (lambda e, m: right_maxent(e.float(), m),
+     r"for input energies \[0, 1, 2, 3\], mean 1.5.* dtype torch.float32, not float64"),
     (lambda e, m: right_maxent(e, m)[None], "should be a tensor of shape"),
     (lambda e, m: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),

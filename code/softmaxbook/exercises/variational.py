@@ -45,6 +45,10 @@ def _check_residual(residual):
                     f"{type(got).__name__}: {describe(got)}.")
         expect_true(torch.equal(arg, x), f"for input {desc} your function changed x.",
                     hint="work on x.detach().clone().requires_grad_(True), not on x itself.")
+        expect_true(got.dtype == torch.float64,
+                    f"for input {desc} the result has dtype {got.dtype}, not float64: "
+                    f"{describe(got)}.",
+                    hint="compute in the dtype of x; float32 keeps only 7 digits.")
         hint = ("for F = f′² + f²: ∂F/∂f = 2f and ∂F/∂f′ = 2f′, so the residual is "
                 "∂F/∂f − d/dx ∂F/∂f′ — mind which term is subtracted, the factors 2 and "
                 "which derivative of f appears. f″ must come from autograd: the check "
@@ -93,7 +97,12 @@ def _check_maxent(maxent):
         expect_true(isinstance(p, torch.Tensor) and p.shape == energies.shape,
                     f"for input {desc} the result should be a tensor of shape "
                     f"{tuple(energies.shape)}, got {describe(p)}.")
-        p = p.detach().to(torch.float64)
+        expect_true(p.dtype == torch.float64,
+                    f"for input {desc} the result has dtype {p.dtype}, not float64: "
+                    f"{describe(p)}.",
+                    hint="compute in the dtype of the energies; float32 keeps only 7 digits, "
+                         "too few for a mean energy near 10000.")
+        p = p.detach()
         expect_true(bool(torch.isfinite(p).all()),
                     f"for input {desc} the result contains NaN or inf: {describe(p)}.",
                     hint="exp(−β E) under- or overflows for large energies; torch.softmax "
