@@ -137,16 +137,16 @@ def test_near_certain_slices_get_the_exact_top_entry(dtype, dim, temperature, al
 
 @pytest.mark.parametrize("all_certain", [False, True])
 def test_near_certain_rows_of_a_long_2d_tensor(all_certain):
-    # 70 rows of 32000: _repair_top works in blocks of 2^20 entries (32 rows), so this takes
-    # three blocks; as slices of the tensor when every row is near-certain, by index otherwise.
-    x = torch.randn(70, 32000, generator=gen(8)).mul(3)
-    lead = torch.where(torch.arange(70) % 3 == 0, 25.0, 20.0 if all_certain else 0.0)
+    # 140 rows of 32000: _repair_top works in blocks of 2^22 entries (131 rows), so this takes
+    # two blocks; as slices of the tensor when every row is near-certain, by index otherwise.
+    x = torch.randn(140, 32000, generator=gen(8)).mul(3)
+    lead = torch.where(torch.arange(140) % 3 == 0, 35.0, 30.0 if all_certain else 0.0)
     x[:, 123] += lead
     got = log_softmax(x)
     exact = log_softmax(x, exact=True)
     certain = exact.amax(dim=-1) > -math.log(2.0)
     assert bool(certain.all()) == all_certain and int(certain.sum()) >= 24
-    rows = torch.arange(70)[certain]
+    rows = torch.arange(140)[certain]
     assert torch.equal(got[rows, 123], exact[rows, 123])
     assert (got[rows, 123] < 0).all()
     # the repair matters here: PyTorch's own top entries are not the exact ones

@@ -54,7 +54,10 @@ does one cheap reduction over its output to find (a) slices that were invalid or
 ``-inf`` (they come back as NaN) and (b) slices where the kernel's formula is known to lose
 relative accuracy. Only those slices are recomputed with the exact algorithm (:func:`_exact`),
 in float64; for a near-certain log-softmax slice only its top entry is, by the leaner
-:func:`_repair_top` (most slices of a trained classifier are near-certain). The benchmark
+:func:`_repair_top` (most slices of a trained classifier are near-certain). That repair needs
+the float64 ``exp`` of every entry of the slice, which costs about twice PyTorch's whole
+float32 log-softmax: near-certain slices are the one case where exactness costs time (about 3
+times PyTorch's). The benchmark
 ``benchmarks/bench_softmax.py`` reports the cost.
 
 References: Blanchard, Higham & Higham (2021), "Accurately computing the log-sum-exp and
@@ -289,33 +292,61 @@ def _repair_top(x: torch.Tensor, out: torch.Tensor, dim: int, rows: torch.Tensor
 
     The same arithmetic as ``_exact``, hence the same bits, but lean, because on a trained
     classifier nearly every slice is near-certain and takes this path: only ``s`` is formed, in
-    place, in blocks of 2^20 entries whose float64 temporaries stay in cache, and when every
-    slice of a 2-D tensor is selected the blocks are slices (no gathered copy). About 2.5 times
-    faster than ``_repair`` on 4096 x 32000 float32.
+    place, in blocks of 2^22 entries (few blocks: on a busy machine every operation that goes
+    through the thread pool has a cost of its own, whatever its size), and the small operations
+    on the sums are done once for all blocks. The maximum and its index come from one
+    ``torch.max`` in the working dtype (the maximum is exact in any dtype), not from an argmax
+    and a gather in float64. Selected slices of a contiguous tensor are gathered whole by
+    ``index_select`` (advanced indexing copies entry by entry, several times slower), and when
+    every slice of a 2-D tensor is selected the blocks are slices (no gathered copy).
+
+    What it cannot avoid is the float64 ``exp`` of every entry of a selected slice: ``s`` is
+    needed to about 2^-30 relative (float32's ``exp`` has an error of up to 1 ulp, and
+    ``x - max`` in float32 a rounding error of up to ``|x - max| / 2`` ulp, both passed on to
+    ``s``). That ``exp`` alone takes about twice the time of PyTorch's whole float32
+    log-softmax of the slice, so a near-certain slice costs about three times PyTorch's
+    (inaccurate) result; ``benchmarks/bench_softmax.py`` measures it.
     """
     xv, ov = x.movedim(dim, -1), out.movedim(dim, -1)
     if xv.dim() == 1:  # a single slice: give it a batch dimension of size 1
         xv, ov, rows = xv.unsqueeze(0), ov.unsqueeze(0), rows.reshape(1)
-    chunk = max(1, (1 << 20) // xv.shape[-1])
+    n = xv.shape[-1]
+    if xv.dim() > 2 and xv.is_contiguous() and ov.is_contiguous():
+        # views with one batch dimension: rows are then gathered whole by index_select
+        xv, ov, rows = xv.reshape(-1, n), ov.reshape(-1, n), rows.reshape(-1)
+    chunk = max(1, (1 << 22) // n)
     exact_dtype = _exact_dtype(x.device)
     if xv.dim() == 2 and bool(rows.all()):
-        blocks = [slice(a, a + chunk) for a in range(0, xv.shape[0], chunk)]
-    else:
+        sels = [slice(a, a + chunk) for a in range(0, xv.shape[0], chunk)]
+    elif xv.dim() == 2:
+        idx = rows.nonzero().squeeze(-1)
+        sels = [idx[a:a + chunk] for a in range(0, idx.numel(), chunk)]
+    else:  # not contiguous (dim is not the last): advanced indexing
         idx = rows.nonzero(as_tuple=True)
-        blocks = [tuple(i[a:a + chunk] for i in idx) for a in range(0, idx[0].numel(), chunk)]
-    for sel in blocks:
+        sels = [tuple(i[a:a + chunk] for i in idx) for a in range(0, idx[0].numel(), chunk)]
+    sums, tops = [], []
+    for sel in sels:
+        xs = xv.index_select(0, sel) if isinstance(sel, torch.Tensor) else xv[sel]
+        # the maximum is exact in any dtype; its index says which term to leave out
+        m, k = xs.max(dim=-1, keepdim=True)
         # a copy in any case (clone when x is float64 already): the ops below work in place
-        d = xv[sel].to(exact_dtype, copy=True)
-        k = d.argmax(dim=-1, keepdim=True)
-        d.sub_(d.gather(-1, k))  # exact in float64 for float32 input (see _exact)
+        d = xs.to(exact_dtype, copy=True)
+        d.sub_(m.to(exact_dtype))  # exact in float64 for float32 input (see _exact)
         if temperature != 1.0:
             d.div_(temperature)
         d.exp_().scatter_(-1, k, 0.0)  # leave out the top term, exp(0) = 1 (eq. 3.3)
-        top = (-torch.log1p(d.sum(dim=-1, keepdim=True))).to(ov.dtype)
-        if isinstance(sel, slice):
-            ov[sel].scatter_(-1, k, top)  # a view: writes into out
-        else:
-            ov[sel + (k.squeeze(-1),)] = top.squeeze(-1)
+        sums.append(d.sum(dim=-1, keepdim=True))
+        tops.append(k)
+        del d
+    # the small operations once for all blocks (each call has a fixed cost)
+    top = (-torch.log1p(torch.cat(sums))).to(ov.dtype)
+    k = torch.cat(tops)
+    if xv.dim() == 2 and not isinstance(sels[0], (torch.Tensor, tuple)):
+        ov.scatter_(-1, k, top)  # a view: writes into out
+    elif xv.dim() == 2:
+        ov[idx, k.squeeze(-1)] = top.squeeze(-1)
+    else:
+        ov[idx + (k.squeeze(-1),)] = top.squeeze(-1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,14 +371,15 @@ def _softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
     # the common factor. The same reduction finds the invalid slices: they come back as NaN.
     total = p.sum(dim=dim, keepdim=True)
     nan_rows = torch.isnan(total)
-    if bool(nan_rows.any()):
+    invalid = bool(nan_rows.any())
+    if invalid:
         _raise_for_bad_values(x, func)  # raises for NaN/+inf input; else they are all -inf
-    p.div_(torch.where(nan_rows, torch.ones_like(total), total))
-    rows = torch.ones_like(nan_rows) if exact else nan_rows
-    rows = rows.squeeze(dim)
-    if bool(rows.any()):
+        total = torch.where(nan_rows, torch.ones_like(total), total)
+    p.div_(total)
+    if exact or invalid:
         # All -inf slices (and every slice if exact=True) are recomputed exactly.
-        _repair(x, p, dim, rows, "softmax", temperature)
+        rows = torch.ones_like(nan_rows) if exact else nan_rows
+        _repair(x, p, dim, rows.squeeze(dim), "softmax", temperature)
     return p
 
 
@@ -363,19 +395,20 @@ def _log_softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: st
     if x.numel() == 0:
         return ls
     top = ls.amax(dim=dim)
-    if bool(torch.isnan(top).any()):
+    nan_rows = torch.isnan(top)
+    invalid = bool(nan_rows.any())
+    if invalid:
         _raise_for_bad_values(x, func)
     # The fused kernel returns d - log(s) with s = 1 + (the other terms). When one class holds
     # more than half of the mass (log p > -log 2), s < 2 and rounding 1 + tiny to float loses
     # the digits of log p for that class: torch gives log p = 0 for p = 1 - 1e-9. Those slices,
     # and the all -inf ones (NaN here), are recomputed exactly.
-    nan_rows = torch.isnan(top)
-    if exact or bool(nan_rows.any()):
+    if exact or invalid:
         rows = torch.ones_like(nan_rows) if exact else nan_rows
         _repair(x, ls, dim, rows, "log_softmax", temperature)
     # In the near-certain slices only the top entry, -log(s), is wrong: d_j - log(s) is accurate
     # for the others (|d_j - log s| >= |d_j| and log s is accurate in absolute terms).
-    rows = (top > -_LN2) & ~nan_rows
+    rows = top > -_LN2  # False where top is NaN
     if not exact and bool(rows.any()):
         _repair_top(x, ls, dim, rows, temperature)
     return ls
