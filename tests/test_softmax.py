@@ -176,6 +176,38 @@ def test_temperature_divides_after_the_shift():
     assert p[1].item() == pytest.approx(1.0 / (1.0 + math.exp(0.9990234375 / 3.0)), rel=1e-6)
 
 
+@pytest.mark.parametrize("temperature", [2.0, 0.5, 0.25, 8.0, 2.0 ** -40])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_power_of_two_temperature_takes_the_short_path_with_the_same_bits(temperature, dtype):
+    # For T = 2^k, x / T is exact, so the kernel's own shift by max(x / T) is the one rounding
+    # of (x - max) / T that the general path computes: the same bits, with large logits (whose
+    # low bits x / T loses for other T), an impossible class and an all -inf slice.
+    x = (torch.randn(40, 300, generator=gen(9), dtype=torch.float64) * 1e4).to(dtype)
+    x[:10] = x[:10] / 1e4 + 9999.0  # logits that differ in their low bits
+    x[3, 7] = -INF
+    x[5, :] = -INF
+    m = x.amax(-1, keepdim=True)
+    z = (x - torch.where(torch.isneginf(m), 0.0, m)) / temperature  # the general path
+    short = sm._scaled(x, 1, temperature)
+    assert torch.equal(short, x * (1.0 / temperature))  # it did take the short path
+    for kernel in (torch.softmax, torch.log_softmax):
+        torch.testing.assert_close(kernel(short, -1), kernel(z, -1), rtol=0, atol=0,
+                                   equal_nan=True)
+    assert torch.equal(softmax(x, temperature=temperature), softmax(z))
+
+
+def test_power_of_two_temperature_that_overflows_is_recomputed_exactly():
+    # x / T overflows to +-inf (inf - inf = NaN in the kernel): that slice takes the exact path
+    x = torch.tensor([[1e38, 0.0, -1e38], [1.0, 0.0, -1.0]])
+    p = softmax(x, temperature=0.25)
+    ls = log_softmax(x, temperature=0.25)
+    assert p[0].tolist() == [1.0, 0.0, 0.0] and ls[0].tolist() == [0.0, -INF, -INF]
+    # the other slice as usual: a few ulp from the float64 values
+    x64 = x[1].double() * 4.0
+    torch.testing.assert_close(p[1].double(), torch.softmax(x64, -1), rtol=5e-7, atol=0)
+    torch.testing.assert_close(ls[1].double(), torch.log_softmax(x64, -1), rtol=5e-7, atol=0)
+
+
 def test_max_le_logsumexp_le_max_plus_log_n():
     x = 5.0 * torch.randn(200, 17, generator=gen(1))
     lse, m = logsumexp(x), x.amax(-1)
@@ -643,7 +675,7 @@ def test_docstring_examples():
 def test_benchmark_quick_runs():
     ns = runpy.run_path(str(ROOT / "benchmarks" / "bench_softmax.py"))
     rows = ns["main"](["--quick"])
-    assert len(rows) == 7 and all(r[3] > 0 for r in rows)
+    assert len(rows) == 8 and all(r[3] > 0 for r in rows)
 
 
 # ------------------------------------------------------------------------------------------------

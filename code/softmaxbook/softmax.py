@@ -57,7 +57,8 @@ in float64; for a near-certain log-softmax slice only its top entry is, by the l
 :func:`_repair_top` (most slices of a trained classifier are near-certain). That repair needs
 the float64 ``exp`` of every entry of the slice, which costs about twice PyTorch's whole
 float32 log-softmax: near-certain slices are the one case where exactness costs time (about 3
-times PyTorch's). The benchmark
+times PyTorch's). A temperature ``T`` is applied as ``(x - max) / T`` (one rounding), or, for
+``T = 2^k``, as one exact multiplication by ``2^-k`` (see :func:`_scaled`). The benchmark
 ``benchmarks/bench_softmax.py`` reports the cost.
 
 References: Blanchard, Higham & Higham (2021), "Accurately computing the log-sum-exp and
@@ -353,17 +354,36 @@ def _repair_top(x: torch.Tensor, out: torch.Tensor, dim: int, rows: torch.Tensor
 # Forward computations (no autograd): fast fused kernel + targeted repair
 # --------------------------------------------------------------------------------------------
 
+def _scaled(x: torch.Tensor, dim: int, temperature: float) -> torch.Tensor:
+    """The logits divided by the temperature, for the fused kernels, which shift by the maximum.
+
+    In general ``(x - max) / T``: dividing after the shift (see :func:`_exact`) rounds once,
+    where ``x / T - max / T`` would round each large logit first and lose its low bits. The
+    maximum of ``x / T`` is at the same place as the maximum of ``x`` because ``T > 0``; an all
+    ``-inf`` slice keeps its ``-inf`` (the kernel returns NaN there, which is repaired).
+
+    For ``T = 2^k`` (2, 0.5, ...) the shift is left to the kernel and ``x / T`` is one
+    multiplication by ``2^-k``: scaling by a power of two is exact, so ``x / T`` and ``max / T``
+    are exact and the kernel's ``x / T - max / T`` is the same single rounding of
+    ``(x - max) / T``, the same bits, with two fewer passes over ``x``. (Not quite the same
+    where ``|x| / T`` falls below the smallest normal number, ``2^-126`` in float32: there the
+    difference is below ``2^-149`` in the argument of ``exp``, invisible in the result. An
+    ``x / T`` that overflows gives ``inf - inf = NaN``, and that slice is recomputed exactly,
+    as an invalid one would be.)
+    """
+    if temperature == 1.0:
+        return x
+    mantissa, exponent = math.frexp(temperature)
+    if mantissa == 0.5 and -100 <= exponent <= 100:  # 2^-k is exact in every float dtype
+        return x * (1.0 / temperature)
+    m = x.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    return (x - m).div_(temperature)
+
+
 def _softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
                      exact: bool = False) -> torch.Tensor:
-    if temperature == 1.0:
-        z = x
-    else:
-        # Divide after shifting by the maximum (see _exact); the maximum of x/T is at the same
-        # place as the maximum of x because T > 0. An all -inf slice keeps its -inf (NaN below).
-        m = x.amax(dim=dim, keepdim=True)
-        m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-        z = (x - m).div_(temperature)
-    p = torch.softmax(z, dim=dim)
+    p = torch.softmax(_scaled(x, dim, temperature), dim=dim)
     if x.numel() == 0:
         return p
     # The fused kernel sums the exponentials one vector lane at a time; for long rows that sum
@@ -385,13 +405,7 @@ def _softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
 
 def _log_softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
                          exact: bool = False) -> torch.Tensor:
-    if temperature == 1.0:
-        z = x
-    else:
-        m = x.amax(dim=dim, keepdim=True)
-        m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-        z = (x - m).div_(temperature)
-    ls = torch.log_softmax(z, dim=dim)
+    ls = torch.log_softmax(_scaled(x, dim, temperature), dim=dim)
     if x.numel() == 0:
         return ls
     top = ls.amax(dim=dim)
