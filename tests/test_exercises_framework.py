@@ -156,3 +156,19 @@ def test_watch_calls_sees_calls_however_imported_and_restores_the_profiler():
         torch.logsumexp(torch.zeros(3), dim=0)
     assert seen == []
     assert sys.getprofile() is before
+
+
+
+def test_expect_close_compares_python_floats_in_float64():
+    """A right answer returned as a Python float passes a tight tolerance (it was made float32,
+    1e-8 off, and failed at rtol 1e-9); a float32 tensor still does not."""
+    import pytest
+    import torch
+
+    from softmaxbook.exercises import expect_close
+
+    x = 0.1 + 1e-12
+    expect_close(x, torch.tensor(0.1, dtype=torch.float64), input_desc="x", rtol=1e-9, atol=0)
+    expect_close(torch.tensor(x, dtype=torch.float64), 0.1, input_desc="x", rtol=1e-9, atol=0)
+    with pytest.raises(AssertionError):
+        expect_close(torch.tensor(0.1), 0.1, input_desc="x", rtol=1e-9, atol=0)

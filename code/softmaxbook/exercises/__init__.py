@@ -284,14 +284,26 @@ def call(func: Any, *args, input_desc: str | None = None, forbid: dict | None = 
         _fail(f"your function raised {type(err).__name__}: {err}\n  for input: {where}")
 
 
+def _as_float64(x: Any) -> torch.Tensor:
+    """``x`` as a tensor; a Python number or list with floats becomes float64, not float32."""
+    if isinstance(x, torch.Tensor):
+        return x
+    t = torch.as_tensor(x)
+    return torch.as_tensor(x, dtype=torch.float64) if t.is_floating_point() else t
+
+
 def expect_close(got: Any, expected: Any, *, input_desc: str, rtol: float = 1e-5,
                  atol: float = 1e-8, what: str = "result", hint: str | None = None) -> None:
-    """Fail unless ``got`` equals ``expected`` within tolerance (shapes, NaN and inf included)."""
-    exp = torch.as_tensor(expected)
+    """Fail unless ``got`` equals ``expected`` within tolerance (shapes, NaN and inf included).
+
+    Python numbers (and lists of them) are compared in float64: ``torch.as_tensor(0.1)`` is
+    float32, which put a right answer returned as a Python float 1e-8 off and failed it at a
+    tight ``rtol``."""
+    exp = _as_float64(expected)
     if not isinstance(got, (torch.Tensor, float, int)) or isinstance(got, bool):
         _fail(f"for input {input_desc} the {what} should be a tensor or a number, got "
               f"{type(got).__name__}: {describe(got)}.", hint)
-    g = torch.as_tensor(got)
+    g = _as_float64(got)
     if g.shape != exp.shape:
         _fail(f"for input {input_desc} the {what} should have shape {tuple(exp.shape)}, got "
               f"{tuple(g.shape)}.", hint)
