@@ -56,7 +56,7 @@ relative accuracy. Only those slices are recomputed with the exact algorithm (:f
 in float64; for a near-certain log-softmax slice only its top entry is, by the leaner
 :func:`_repair_top` (most slices of a trained classifier are near-certain). That repair needs
 the float64 ``exp`` of every entry of the slice, which costs about twice PyTorch's whole
-float32 log-softmax: near-certain slices are the one case where exactness costs time (about 3
+float32 log-softmax: near-certain slices are the one case where exactness costs time (3 to 5
 times PyTorch's). A temperature ``T`` is applied as ``(x - max) / T`` (one rounding), or, for
 ``T = 2^k``, as one exact multiplication by ``2^-k`` (see :func:`_scaled`). The benchmark
 ``benchmarks/bench_softmax.py`` reports the cost.
@@ -305,7 +305,7 @@ def _repair_top(x: torch.Tensor, out: torch.Tensor, dim: int, rows: torch.Tensor
     needed to about 2^-30 relative (float32's ``exp`` has an error of up to 1 ulp, and
     ``x - max`` in float32 a rounding error of up to ``|x - max| / 2`` ulp, both passed on to
     ``s``). That ``exp`` alone takes about twice the time of PyTorch's whole float32
-    log-softmax of the slice, so a near-certain slice costs about three times PyTorch's
+    log-softmax of the slice, so a near-certain slice costs 3 to 5 times PyTorch's
     (inaccurate) result; ``benchmarks/bench_softmax.py`` measures it.
     """
     xv, ov = x.movedim(dim, -1), out.movedim(dim, -1)
