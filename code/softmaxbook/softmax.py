@@ -285,6 +285,9 @@ def _repair(x: torch.Tensor, out: torch.Tensor, dim: int, rows: torch.Tensor, ki
             ov[sel] = (shift + torch.log1p(s)).squeeze(-1).to(ov.dtype)
 
 
+_TOP_BLOCK = 1 << 22  # entries per block of _repair_top
+
+
 def _repair_top(x: torch.Tensor, out: torch.Tensor, dim: int, rows: torch.Tensor,
                 temperature: float = 1.0) -> None:
     """In the log-softmax ``out``, rewrite the top entry of each slice selected by ``rows`` with
@@ -315,7 +318,7 @@ def _repair_top(x: torch.Tensor, out: torch.Tensor, dim: int, rows: torch.Tensor
     if xv.dim() > 2 and xv.is_contiguous() and ov.is_contiguous():
         # views with one batch dimension: rows are then gathered whole by index_select
         xv, ov, rows = xv.reshape(-1, n), ov.reshape(-1, n), rows.reshape(-1)
-    chunk = max(1, (1 << 22) // n)
+    chunk = max(1, _TOP_BLOCK // n)
     exact_dtype = _exact_dtype(x.device)
     if xv.dim() == 2 and bool(rows.all()):
         sels = [slice(a, a + chunk) for a in range(0, xv.shape[0], chunk)]
