@@ -11,7 +11,8 @@ from softmaxbook.variational import el_residual
 
 
 def test_registered():
-    assert registered("variational") == ["variational-maxent", "variational-residual"]
+    assert registered("variational") == ["variational-beltrami", "variational-maxent",
+                                         "variational-residual"]
 
 
 # --- variational-residual --------------------------------------------------------------------
@@ -145,3 +146,61 @@ def two_point(energies, mean_energy):
 def test_maxent_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("variational-maxent", answer)
+
+
+# --- variational-beltrami --------------------------------------------------------------------
+def beltrami_parts(F, f, x):
+    """F, f', dF/df' and dF/df along the path, by autograd (x, f, f' independent in F)."""
+    x = x.detach().clone().requires_grad_(True)
+    y = f(x)
+    (yp,) = torch.autograd.grad(y.sum(), x)
+    fv = y.detach().clone().requires_grad_(True)
+    pv = yp.clone().requires_grad_(True)
+    val = F(x.detach(), fv, pv)
+    dF_df, dF_dp = torch.autograd.grad(val.sum(), (fv, pv), allow_unused=True)
+    dF_df = torch.zeros_like(fv) if dF_df is None else dF_df
+    return val.detach(), pv.detach(), dF_dp, dF_df
+
+
+def right_beltrami(F, f, x):
+    val, p, dF_dp, _ = beltrami_parts(F, f, x)
+    return val - p * dF_dp
+
+
+def test_beltrami_accepts_right_answer(capsys):
+    assert check("variational-beltrami", right_beltrami)
+    assert "correct on 5 test cases" in capsys.readouterr().out
+
+
+def fd_slope_beltrami(F, f, x, h=6e-6):
+    # f' by a central difference at its best step; dF/df' by autograd
+    p = ((f(x + h) - f(x - h)) / (2 * h)).requires_grad_(True)
+    val = F(x, f(x), p)
+    (dF_dp,) = torch.autograd.grad(val.sum(), p)
+    return (val - p * dF_dp).detach()
+
+
+CATENARY = r"for input F = f\*sqrt\(1 \+ fp\*\*2\) \(the catenary's\), f = cosh"
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the sign of the second term flipped: F + f' dF/df'
+    (lambda F, f, x: (lambda v, p, Fp, Ff: v + p * Fp)(*beltrami_parts(F, f, x)), CATENARY),
+    # the constant with the wrong sign: f' dF/df' - F
+    (lambda F, f, x: -right_beltrami(F, f, x), CATENARY),
+    # the factor f' forgotten
+    (lambda F, f, x: (lambda v, p, Fp, Ff: v - Fp)(*beltrami_parts(F, f, x)), CATENARY),
+    # dF/df instead of dF/df'
+    (lambda F, f, x: (lambda v, p, Fp, Ff: v - p * Ff)(*beltrami_parts(F, f, x)), CATENARY),
+    # F alone
+    (lambda F, f, x: beltrami_parts(F, f, x)[0], CATENARY),
+    # float32
+    (lambda F, f, x: right_beltrami(F, f, x).float(), "dtype torch.float32, not float64"),
+    # f' by a finite difference: 1e-11 off, not 1e-13
+    (fd_slope_beltrami, r"(?s)for input F = .*Hint: .*finite difference"),
+    (lambda F, f, x: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_beltrami_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("variational-beltrami", answer)

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow
 
 CHAPTER = "05_euler_lagrange"
 RESIDUAL = "5.4 variational-ex-residual"  # gradebook columns: "<number> <label>"
-MAXENT = "5.5 variational-ex-maxent"
+BELTRAMI = "5.5 variational-ex-beltrami-code"
+MAXENT = "5.6 variational-ex-maxent"
 
 
 def small_chapter() -> nbformat.NotebookNode:
@@ -49,7 +50,7 @@ def with_answers(student, answers: list[str | None]):
     """The student notebook with its stub cells replaced by ``answers`` (None keeps the stub)."""
     nb = nbformat.reads(nbformat.writes(student), as_version=4)
     stubs = [c for c in nb.cells if "exercise-stub" in c.metadata.get("tags", [])]
-    assert len(stubs) == len(answers) == 2
+    assert len(stubs) == len(answers) == 3  # residual, Beltrami, maxent
     for cell, answer in zip(stubs, answers):
         if answer is not None:
             cell.source = answer
@@ -116,11 +117,11 @@ def graded(tmp_path_factory):
     subs = base / "SUBMISSIONS"
     kinds = {
         "ada": with_answers(student, good),
-        "bob": with_answers(student, [None, None]),
-        "cyd": with_answers(student, [WRONG_SIGN, good[1]]),
-        "dan": insert_cell(insert_cell(with_answers(student, [good[0], "def maxent(:\n"]),
+        "bob": with_answers(student, [None, None, None]),
+        "cyd": with_answers(student, [WRONG_SIGN, good[1], good[2]]),
+        "dan": insert_cell(insert_cell(with_answers(student, [good[0], good[1], "def maxent(:\n"]),
                                        "1 / 0"), "import os\nos._exit(1)"),
-        "eve": insert_cell(with_answers(student, [LOOPING, good[1]]), "while True:\n    pass"),
+        "eve": insert_cell(with_answers(student, [LOOPING, good[1], good[2]]), "while True:\n    pass"),
         "fay": insert_cell(with_answers(student, good), DELETE_ALL, position=3),
     }
     for name, nb in kinds.items():
@@ -128,7 +129,7 @@ def graded(tmp_path_factory):
         nbformat.write(nb, subs / name / f"{CHAPTER}.ipynb")
         (subs / name / "notes.txt").write_text("keep me")
     # one student hands in a single notebook, named after themselves
-    nbformat.write(with_answers(student, [FORBIDDEN, good[1]]), subs / "gus.ipynb")
+    nbformat.write(with_answers(student, [FORBIDDEN, good[1], good[2]]), subs / "gus.ipynb")
     before = sorted(p.relative_to(subs) for p in subs.rglob("*"))
     out = base / "grades"
     t0 = time.monotonic()
@@ -142,8 +143,8 @@ def graded(tmp_path_factory):
 
 def test_every_student_is_graded(graded):
     assert set(graded["rows"]) == {"ada", "bob", "cyd", "dan", "eve", "fay", "gus"}
-    assert set(graded["rows"]["ada"]) == {"student", RESIDUAL, MAXENT, "passed", "checked",
-                                          "problems"}
+    assert set(graded["rows"]["ada"]) == {"student", RESIDUAL, MAXENT, BELTRAMI, "passed",
+                                          "checked", "problems"}
     for name in graded["rows"]:
         assert (graded["out"] / "feedback" / f"{name}.md").is_file()
         assert list((graded["out"] / "executed" / name).glob("*.ipynb"))
@@ -151,8 +152,8 @@ def test_every_student_is_graded(graded):
 
 def test_correct_submission_passes(graded):
     row = graded["rows"]["ada"]
-    assert row[RESIDUAL] == "passed" and row[MAXENT] == "passed"
-    assert row["passed"] == "2" and row["checked"] == "2" and row["problems"] == "0"
+    assert row[RESIDUAL] == "passed" and row[MAXENT] == "passed" and row[BELTRAMI] == "passed"
+    assert row["passed"] == "3" and row["checked"] == "3" and row["problems"] == "0"
 
 
 def test_stubs_fail_with_what_to_do(graded):

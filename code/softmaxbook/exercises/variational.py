@@ -5,14 +5,20 @@ equation" (book/05_euler_lagrange.ipynb).
   by autograd and without the library's :func:`~softmaxbook.variational.el_residual`.
 * ``variational-maxent``: the maximum-entropy distribution over states with energies E_i and a
   given mean energy, a softmax of −βE with β solved for, stable for large energies.
+* ``variational-beltrami``: the Beltrami expression F − f′ ∂F/∂f′ along a path, for any
+  Lagrangian F(x, f, fp), with f′ and ∂F/∂f′ by autograd: constant on the catenary and the
+  cycloid, exact values on paths that solve nothing.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from . import call, describe, exercise, expect_close, expect_true, watch_calls
 from .. import variational
+from ..variational import cycloid
 
 
 # ------------------------------------------------------------------------------------------------
@@ -122,3 +128,70 @@ def _check_maxent(maxent):
                           "entropy has the form softmax(−β E).")
     return len(_MAXENT_CASES)
 
+
+
+# ------------------------------------------------------------------------------------------------
+_G = 9.81
+
+
+def _catenary(x, f, p):
+    return f * torch.sqrt(1 + p ** 2)
+
+
+def _brach(x, f, p):
+    return torch.sqrt(1 + p ** 2) / torch.sqrt(-2 * _G * f)
+
+
+def _arc(x, f, p):
+    return torch.sqrt(1 + p ** 2)
+
+
+def _quad(x, f, p):
+    return p ** 2 + f ** 2
+
+
+_X = torch.linspace(-1.5, 1.5, 7, dtype=torch.float64)
+_X_CYC = torch.linspace(0.2, math.pi, 6, dtype=torch.float64)
+_BELTRAMI_CASES = [
+    # (description, F, f, x, exact F - f' dF/df')
+    ("F = f*sqrt(1 + fp**2) (the catenary's), f = cosh(x)", _catenary, torch.cosh, _X,
+     lambda x: torch.ones_like(x)),
+    ("F = f*sqrt(1 + fp**2), f = 0.7*cosh(x/0.7)", _catenary,
+     lambda x: 0.7 * torch.cosh(x / 0.7), _X, lambda x: torch.full_like(x, 0.7)),
+    ("F = sqrt(1 + fp**2)/sqrt(-2*9.81*f) (the brachistochrone's), f = the cycloid "
+     "cycloid(x, math.pi, -2.0), x in [0.2, pi]", _brach,
+     lambda x: cycloid(x, math.pi, -2.0), _X_CYC,
+     lambda x: torch.full_like(x, 1 / (2 * math.sqrt(_G)))),
+    ("F = fp**2 + f**2, f = sin(x) (not a solution)", _quad, torch.sin, _X,
+     lambda x: -torch.cos(2 * x)),
+    ("F = sqrt(1 + fp**2), f = x**2 (not a solution)", _arc, lambda x: x ** 2, _X,
+     lambda x: 1 / torch.sqrt(1 + 4 * x ** 2)),
+]
+
+
+@exercise("variational-beltrami", "the Beltrami expression F − f′ ∂F/∂f′")
+def _check_beltrami(beltrami):
+    """``beltrami(F, f, x)`` -> tensor of the shape of x: F − f′ ∂F/∂f′ along f."""
+    for name, F, f, x, exact in _BELTRAMI_CASES:
+        desc = f"{name}, x = {describe(x)}"
+        arg = x.clone()
+        got = call(beltrami, F, f, arg, input_desc=desc)
+        expect_true(isinstance(got, torch.Tensor),
+                    f"for input {desc} the result should be a tensor, got "
+                    f"{type(got).__name__}: {describe(got)}.")
+        expect_true(torch.equal(arg, x), f"for input {desc} your function changed x.",
+                    hint="work on x.detach().clone().requires_grad_(True), not on x itself.")
+        expect_true(got.dtype == torch.float64,
+                    f"for input {desc} the result has dtype {got.dtype}, not float64: "
+                    f"{describe(got)}.",
+                    hint="compute in the dtype of x; float32 loses 9 of the 16 digits.")
+        hint = ("evaluate F at the path, then ∂F/∂f′ with x, f and f′ held fixed: give F "
+                "copies of f and f′ that require grad and differentiate with respect to the "
+                "f′ copy. Mind which derivative of F appears, the factor f′ and the sign of "
+                "the second term. Both derivatives must come from autograd: the check "
+                "compares to 1e-13, which a finite difference does not reach.")
+        # Autograd answers are within 3e-15 of these closed forms; a central difference for
+        # f′ at its best step (6e-6) is 2e-12 to 1e-11 off, so 1e-13 tells them apart.
+        expect_close(got.detach(), exact(x), input_desc=desc, rtol=1e-13, atol=1e-13,
+                     what="value of F − f′ ∂F/∂f′", hint=hint)
+    return len(_BELTRAMI_CASES)
