@@ -254,6 +254,19 @@ def test_float32_accuracy_in_ulp(scale, n):
     assert ulp_error(logsumexp(x, exact=True), lse).max() <= 1.0
 
 
+@pytest.mark.parametrize("sigma", [1.0, 3.0, 10.0, 30.0])
+@pytest.mark.parametrize("n", [10, 1000])
+def test_float32_accuracy_at_scale(sigma, n):
+    """The module docstring's bounds over 2048 Gaussian rows (the 64 rows above missed the rows
+    whose top log-probability lies just outside the repaired range: 9.3 ulp, not 4)."""
+    x = (sigma * torch.randn(2048, n, generator=gen(7 * n + int(sigma)))).float()
+    lse, p, ls = reference(x)
+    d = (x.double() - x.double().amax(-1, keepdim=True)).abs()
+    assert ulp_error(logsumexp(x), lse).max() <= 2.0
+    assert ulp_error(log_softmax(x), ls).max() <= 10.0
+    assert (ulp_error(softmax(x), p) <= 4.0 + d).all()
+
+
 def test_pytorch_log_softmax_is_not_accurate_where_ours_is():
     # The test above could not fail if the reference were as blind as the code: show that it
     # catches PyTorch's error on the same kind of input.
