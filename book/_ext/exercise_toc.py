@@ -97,6 +97,10 @@ def _number_entries(app, doctree, docname) -> None:
             if ref.get("book_exercise_kind"):
                 text += f" ({ref['book_exercise_kind']})"
             ref[:] = [nodes.Text(text)]
+            # In a numbered part Sphinx gives every nested entry a section number ("7.9.1."),
+            # which an exercise is not: its own number is in the text.
+            if "secnumber" in ref:
+                del ref["secnumber"]
 
 
 def setup(app):
