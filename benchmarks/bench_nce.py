@@ -184,27 +184,40 @@ def make_steps(V, d, B, k, contexts, gen):
             "full softmax": full_step}
 
 
-def bench_steps(vocab_sizes, d, B, k, repeats, gen):
+def bench_steps(vocab_sizes, d, B, k, repeats, gen, sparse_repeats=None):
+    """The step-time table. The two sampled losses are timed with every V interleaved in one loop
+    (``sparse_repeats`` rounds, default 12x ``repeats``): a step takes milliseconds, and timing
+    one V after another let the machine's drift between them (another process, the CPU clock)
+    pass for a dependence on V; per V with 5 repeats the 10^6 / 10^3 ratio ranged 1.37-1.82
+    over runs on an idle machine, interleaved with 60 rounds 1.31-1.41. The full softmax (up to
+    a second a step) is timed per V with ``repeats``."""
     rows = []
+    sparse_repeats = sparse_repeats or 12 * repeats
     print(f"\nOne SGD step, d = {d}, batch {B}, k = {k}: ms per step "
-          f"(x: relative to the same loss at V = {vocab_sizes[0]:,})")
+          f"(x: relative to the same loss at V = {vocab_sizes[0]:,}; sampled losses: every V "
+          f"interleaved, median of {sparse_repeats})")
     print(f"{'V':>9} {'NCE':>14} {'neg. sampling':>16} {'full softmax':>16} {'full / NCE':>11}")
-    base = {}
+    steps = {V: make_steps(V, d, B, k, contexts=1000, gen=gen) for V in vocab_sizes}
+    sparse = interleaved({(V, n): steps[V][n] for V in vocab_sizes
+                          for n in ("nce", "negative sampling")}, sparse_repeats, warmup=3)
+    times = {}
     for V in vocab_sizes:
-        steps = make_steps(V, d, B, k, contexts=1000, gen=gen)
-        t = interleaved(steps, repeats)
-        base = base or dict(t)
+        full = interleaved({"full softmax": steps[V]["full softmax"]}, repeats)
+        times[V] = {"nce": sparse[(V, "nce")],
+                    "negative sampling": sparse[(V, "negative sampling")], **full}
+        steps[V] = None  # free the model of this V (the full softmax's gradients are V x d)
+    base = times[vocab_sizes[0]]
+    for V in vocab_sizes:
+        t = times[V]
         cells = " ".join(f"{1e3 * t[n]:>8.2f} ({t[n] / base[n]:>4.1f}x)".rjust(w)
                          for n, w in (("nce", 14), ("negative sampling", 16),
                                       ("full softmax", 16)))
         ratio = t["full softmax"] / t["nce"]
         print(f"{V:>9,} {cells} {ratio:>11.1f}")
-        for n in steps:
+        for n in t:
             rows.append(dict(table="step", V=V, peer=n, ratio=t[n] / base[n], ms=1e3 * t[n]))
         rows.append(dict(table="step", V=V, peer="full/nce", ratio=ratio))
-    # the NCE row of the last V (rows[-5] was the previous V's full/NCE ratio: 91.6 printed
-    # where the table said 1.7x)
-    nce_growth = t["nce"] / base["nce"]
+    nce_growth = times[vocab_sizes[-1]]["nce"] / base["nce"]
     print(f"NCE step time at V = {vocab_sizes[-1]:,} / at V = {vocab_sizes[0]:,}: "
           f"{nce_growth:.2f} (aim: <= 1.5)")
     return rows
