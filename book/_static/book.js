@@ -118,3 +118,22 @@
     headings();
   }
 })();
+
+/* Figures on a phone keep 3/4 of their own width (book.css): the width myst-nb writes on each
+   figure (its size at 100 dpi, half the 2x PNG) is handed to the style sheet. */
+(function () {
+  function mark() {
+    document.querySelectorAll("main .cell_output img").forEach(function (img) {
+      var w = parseFloat(img.style.width) || (img.naturalWidth ? img.naturalWidth / 2 : 0);
+      if (w > 0) {
+        img.style.setProperty("--book-fig-width", w + "px");
+      }
+    });
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", mark);
+  } else {
+    mark();
+  }
+  window.addEventListener("load", mark);
+})();
