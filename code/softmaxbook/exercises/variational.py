@@ -21,6 +21,20 @@ from .. import variational
 from ..variational import cycloid
 
 
+def _expect_float64_tensor(got, arg, x, desc: str) -> None:
+    """The answer is a float64 tensor and the learner's function left its input ``x`` alone
+    (``arg`` is the copy it was given)."""
+    expect_true(isinstance(got, torch.Tensor),
+                f"for input {desc} the result should be a tensor, got "
+                f"{type(got).__name__}: {describe(got)}.")
+    expect_true(torch.equal(arg, x), f"for input {desc} your function changed x.",
+                hint="work on x.detach().clone().requires_grad_(True), not on x itself.")
+    expect_true(got.dtype == torch.float64,
+                f"for input {desc} the result has dtype {got.dtype}, not float64: "
+                f"{describe(got)}.",
+                hint="compute in the dtype of x; float32 keeps only 7 of float64's 16 digits.")
+
+
 # ------------------------------------------------------------------------------------------------
 _CANDIDATES = [
     # (description, f, exact residual 2f - 2f'')
@@ -46,15 +60,7 @@ def _check_residual(residual):
                     "which this exercise asks you to write yourself.",
                     hint="compute f′ with torch.autograd.grad(..., create_graph=True), then f″ "
                          "from f′ the same way.")
-        expect_true(isinstance(got, torch.Tensor),
-                    f"for input {desc} the result should be a tensor, got "
-                    f"{type(got).__name__}: {describe(got)}.")
-        expect_true(torch.equal(arg, x), f"for input {desc} your function changed x.",
-                    hint="work on x.detach().clone().requires_grad_(True), not on x itself.")
-        expect_true(got.dtype == torch.float64,
-                    f"for input {desc} the result has dtype {got.dtype}, not float64: "
-                    f"{describe(got)}.",
-                    hint="compute in the dtype of x; float32 keeps only 7 digits.")
+        _expect_float64_tensor(got, arg, x, desc)
         hint = ("for F = f′² + f²: ∂F/∂f = 2f and ∂F/∂f′ = 2f′, so the residual is "
                 "∂F/∂f − d/dx ∂F/∂f′ — mind which term is subtracted, the factors 2 and "
                 "which derivative of f appears. f″ must come from autograd: the check "
@@ -176,15 +182,7 @@ def _check_beltrami(beltrami):
         desc = f"{name}, x = {describe(x)}"
         arg = x.clone()
         got = call(beltrami, F, f, arg, input_desc=desc)
-        expect_true(isinstance(got, torch.Tensor),
-                    f"for input {desc} the result should be a tensor, got "
-                    f"{type(got).__name__}: {describe(got)}.")
-        expect_true(torch.equal(arg, x), f"for input {desc} your function changed x.",
-                    hint="work on x.detach().clone().requires_grad_(True), not on x itself.")
-        expect_true(got.dtype == torch.float64,
-                    f"for input {desc} the result has dtype {got.dtype}, not float64: "
-                    f"{describe(got)}.",
-                    hint="compute in the dtype of x; float32 loses 9 of the 16 digits.")
+        _expect_float64_tensor(got, arg, x, desc)
         hint = ("evaluate F at the path, then ∂F/∂f′ with x, f and f′ held fixed: give F "
                 "copies of f and f′ that require grad and differentiate with respect to the "
                 "f′ copy. Mind which derivative of F appears, the factor f′ and the sign of "
