@@ -15,6 +15,7 @@
     python3 tools/book.py build-chapter book/01_softmax.ipynb   # one chapter alone, strictly
     python3 tools/book.py clean [NB ...]   # strip outputs/metadata (default: book/*.ipynb) before committing
     python3 tools/book.py setup            # (re)create .venv when requirements changed
+    python3 tools/book.py sweep CH [--seeds N] [--start S] [--cells LIST]  # assert false-alarm rates
 
 The build and test commands run `setup` first, so on a fresh clone each is one command.
 """
@@ -389,6 +390,13 @@ for path in sys.argv[1:]:
     run([PY, "-c", code, *paths])
 
 
+def sweep(args) -> None:
+    """Run a chapter's code cells once per seed and report every assert's failures and margins
+    (tools/sweep.py does the work, inside .venv)."""
+    setup()
+    run([PY, ROOT / "tools" / "sweep.py", *args.sweep_args])
+
+
 def lab(_args=None) -> None:
     setup()
     run([BIN / "jupyter", "lab", "book"])
@@ -451,6 +459,10 @@ def main() -> None:
     p.add_argument("notebooks", nargs="*", help="only these notebooks")
     p.set_defaults(func=clean)
     sub.add_parser("lab", help="open the notebooks in JupyterLab").set_defaults(func=lab)
+    p = sub.add_parser("sweep", help="measure the false-alarm rate of a chapter's asserts over "
+                                     "many seeds (see tools/sweep.py --help)", add_help=False)
+    p.add_argument("sweep_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=sweep)
     args = parser.parse_args()
     args.func(args)
 
