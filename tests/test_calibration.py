@@ -554,3 +554,42 @@ def test_fit_temperature_takes_few_newton_steps(monkeypatch):
             t = fit_temperature(zz, y).item()
             assert t == pytest.approx(target, rel=1e-8)
             assert len(calls) <= 12, (seed, target, k, calls)
+
+
+# ------------------------------------------------------------------------------------------------
+# Third-edition regressions (review of 2026-11-26)
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_width_bins_follow_the_stated_rule_at_exact_edges(dtype):
+    # The review's input: linspace(0, 1, 21)[11] = 0.5499999999999999 put 0.55 into
+    # (0.55, 0.60] and gave 0.463; the stated rule puts it into (0.50, 0.55]: 0.163.
+    probs = torch.tensor([[0.55, 0.45], [0.52, 0.48], [0.58, 0.42]], dtype=dtype)
+    labels = torch.tensor([0, 1, 0])
+    ece = expected_calibration_error(probs, labels, 20).item()
+    # (0.50, 0.55]: 0.55 (right), 0.52 (wrong); (0.55, 0.60]: 0.58 (right)
+    expected = (2 / 3) * abs(0.5 - 0.535) + (1 / 3) * abs(1 - 0.58)
+    assert ece == pytest.approx(expected, abs=1e-6)
+    assert reliability_bins(probs, labels, 20).count[10:12].tolist() == [2, 1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_width_bins_every_edge_m_over_M_joins_bin_m(dtype):
+    # every confidence m/M (as the dtype rounds it) in bin m, for many M: 0.5 <= m/M <= 1
+    # (a top-label confidence of a 2-class row is at least 0.5)
+    for n_bins in range(1, 60):
+        for m in range(1, n_bins + 1):
+            c = m / n_bins
+            if c < 0.5:
+                continue
+            probs = torch.tensor([[c, 1 - c]], dtype=dtype)
+            b = reliability_bins(probs, torch.tensor([0]), n_bins)
+            assert int(b.count.argmax()) == m - 1, (n_bins, m)
+            # and the next number above it goes to the next bin
+            if m < n_bins:
+                up = torch.nextafter(torch.tensor(c, dtype=dtype), torch.tensor(2.0, dtype=dtype))
+                probs = torch.stack([up, 1 - up])[None]
+                b = reliability_bins(probs, torch.tensor([0]), n_bins)
+                assert int(b.count.argmax()) == m, (n_bins, m, "above")
+    # the reported edges are m / M correctly rounded, not linspace's
+    assert reliability_bins(torch.tensor([[0.6, 0.4]], dtype=dtype), torch.tensor([0]),
+                            20).edges[11].item() == 0.55

@@ -12,7 +12,9 @@ Conventions used by every function here (chosen once for the whole module):
   (``torch.argmax``). The confidence is the largest probability of the row.
 * **Equal-width bins** (``binning="width"``, Guo et al. 2017): ``M`` bins
   ``B_1 = [0, 1/M], B_m = ((m-1)/M, m/M]`` -- closed on the right, so a confidence of exactly
-  ``m/M`` belongs to bin ``m`` and a confidence of 1 to the last bin. (torchmetrics closes its
+  ``m/M`` belongs to bin ``m`` and a confidence of 1 to the last bin. "Exactly ``m/M``" means
+  equal to ``m/M`` rounded to the dtype of ``probs`` (0.55 with ``M = 20`` is in
+  ``(0.50, 0.55]``, in float64 and in float32 alike). (torchmetrics closes its
   bins on the left and gives a confidence of exactly 1 a bin of its own; the two agree whenever
   no confidence lies exactly on an edge.)
 * **Equal-mass bins** (``binning="mass"``, Kumar et al. 2019): the confidences sorted in
@@ -171,14 +173,29 @@ class ReliabilityBins(NamedTuple):
     edges: torch.Tensor
 
 
+def _width_edges(n_bins: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """The edges ``m / M`` (m = 0..M) as the float64 numbers that ``m / M`` rounds to.
+
+    ``torch.linspace(0, 1, M + 1)`` does not give them: ``linspace(0, 1, 21)[11]`` is
+    0.5499999999999999, one ulp below 0.55, which put a confidence of 0.55 into (0.55, 0.60].
+    ``arange(M + 1) / M`` divides exact integers, so each edge is ``m / M`` correctly rounded.
+    """
+    return torch.arange(n_bins + 1, dtype=torch.float64, device=device).div_(n_bins)
+
+
 def _bin_index(conf: torch.Tensor, n_bins: int, binning: str) -> tuple[torch.Tensor, torch.Tensor]:
     n = conf.numel()
     if binning == "width":
-        edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64, device=conf.device)
+        edges = _width_edges(n_bins, conf.dtype, conf.device)
+        # the edges as the learner's dtype writes m / M: a float32 confidence equal to
+        # float32(0.55) sits on the edge 0.55 (in float64 it would be 1.2e-8 above it).
+        # Rounding to float32 and back is exact and monotone, so the comparison is exact.
+        cut = edges.to(conf.dtype).double()
         # right-closed bins ((m-1)/M, m/M]: bucketize with right=False returns the m with
-        # edges[m-1] < c <= edges[m]; c = 0 gives 0, which joins the first bin [0, 1/M].
-        idx = torch.bucketize(conf, edges, right=False).sub_(1).clamp_(0, n_bins - 1)
+        # cut[m-1] < c <= cut[m]; c = 0 gives 0, which joins the first bin [0, 1/M].
+        idx = torch.bucketize(conf.double(), cut, right=False).sub_(1).clamp_(0, n_bins - 1)
         return idx, edges
+    conf = conf.double()
     values, order = torch.sort(conf, stable=True)
     rank = torch.arange(n, device=conf.device)
     # array_split: the first r = n mod M groups have q + 1 members, the others q
@@ -229,10 +246,11 @@ def reliability_bins(probs: torch.Tensor, labels: torch.Tensor, n_bins: int = 15
 
 def _reliability(probs, labels, n_bins, binning) -> ReliabilityBins:
     conf, pred = probs.detach().max(1)
-    # only the N confidences go to float64 (the sums over bins), not the N x K table
+    # the bins are decided in the dtype of probs (see _bin_index); only the N confidences go
+    # to float64 for the sums over bins, not the N x K table
+    idx, edges = _bin_index(conf, n_bins, binning)
     conf = conf.double()
     correct = (pred == labels).double()
-    idx, edges = _bin_index(conf, n_bins, binning)
     count = torch.zeros(n_bins, dtype=torch.float64, device=conf.device)
     count.index_add_(0, idx, torch.ones_like(conf))
     csum = torch.zeros_like(count).index_add_(0, idx, conf)
