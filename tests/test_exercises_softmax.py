@@ -20,6 +20,62 @@ def right_lse(x):
     return (m + torch.log(torch.exp(x - m).sum(dim=-1, keepdim=True))).squeeze(-1)
 
 
+def right_lse_nan_to_num(x):  # another right answer: max(), nan_to_num, method chaining
+    m = x.max(dim=-1, keepdim=True).values.nan_to_num(neginf=0.0)
+    return (m + (x - m).exp().sum(-1, keepdim=True).log())[..., 0]
+
+
+def right_lse_masked(x):  # and another: masked_fill on the dead rows, float64 inside
+    m = x.amax(-1)
+    dead = m == -float("inf")
+    m = m.masked_fill(dead, 0.0)
+    s = torch.exp((x - m[..., None]).double()).sum(-1)
+    return (m.double() + torch.log(s)).to(x.dtype)
+
+
+def min_shift_lse(x):  # shifted by the row minimum of the finite entries
+    finite = torch.where(torch.isfinite(x), x, torch.full_like(x, float("inf")))
+    c = finite.amin(-1, keepdim=True)
+    c = torch.where(torch.isinf(c), torch.zeros_like(c), c)
+    return (c + torch.log(torch.exp(x - c).sum(-1, keepdim=True))).squeeze(-1)
+
+
+def first_entry_shift_lse(x):  # shifted by the first entry
+    c = x[..., :1]
+    c = torch.where(torch.isinf(c), torch.zeros_like(c), c)
+    return (c + torch.log(torch.exp(x - c).sum(-1, keepdim=True))).squeeze(-1)
+
+
+def mean_shift_lse(x):  # shifted by the mean of the finite entries
+    finite = torch.isfinite(x)
+    c = (torch.where(finite, x, 0.0).sum(-1, keepdim=True)
+         / finite.sum(-1, keepdim=True).clamp(min=1))
+    return (c + torch.log(torch.exp(x - c).sum(-1, keepdim=True))).squeeze(-1)
+
+
+def scipy_lse(x):
+    import scipy.special
+    return torch.as_tensor(scipy.special.logsumexp(x.numpy(), axis=-1), dtype=x.dtype)
+
+
+def scipy_imported_lse(x, _lse=__import__("scipy.special").special.logsumexp):
+    return torch.as_tensor(_lse(x.numpy(), axis=-1), dtype=x.dtype)
+
+
+def logcumsumexp_lse(x):
+    return torch.logcumsumexp(x, -1)[..., -1]
+
+
+def reduce_logaddexp_lse(x):
+    import functools
+    return functools.reduce(torch.logaddexp, x.unbind(-1))
+
+
+def numpy_logaddexp_lse(x):
+    import numpy as np
+    return torch.as_tensor(np.logaddexp.reduce(x.numpy(), axis=-1), dtype=x.dtype)
+
+
 def naive_lse(x):
     return torch.log(torch.exp(x).sum(dim=-1))
 
@@ -78,8 +134,9 @@ def guarded_library_lse(x):  # the learner swallows errors: the check must still
         return right_lse(x)
 
 
-def test_lse_accepts_right_answer(capsys):
-    assert check("softmax-stable-lse", right_lse)
+@pytest.mark.parametrize("answer", [right_lse, right_lse_nan_to_num, right_lse_masked])
+def test_lse_accepts_right_answer(answer, capsys):
+    assert check("softmax-stable-lse", answer)
     printed = " ".join(capsys.readouterr().out.split())  # check() wraps its line
     assert "correct on 7 test cases" in printed
 
@@ -91,6 +148,17 @@ def test_lse_accepts_right_answer(capsys):
     (keepdim_lse, "should have shape"),
     (global_max_lse, r"x = \[\[1000, 999\], \[-1000, -1001\], \[3, 3\]\].*own maximum"
                      r"(.|\n)*Hint: shift each row by its own maximum"),
+    # review of the third edition: shifts by another entry than the maximum overflow on a row
+    # whose maximum is last and 1000 above the rest
+    (min_shift_lse, r"x = \[0, -inf, 1000\](.|\n)*but got +tensor\(inf\)"
+                    r"(.|\n)*Hint: an exponent overflowed"),
+    (first_entry_shift_lse, r"x = \[0, -inf, 1000\](.|\n)*but got +tensor\(inf\)"),
+    (mean_shift_lse, r"x = \[0, -inf, 1000\](.|\n)*but got +tensor\(inf\)"),
+    (scipy_lse, r"calls scipy.special.logsumexp, which this exercise forbids"),
+    (scipy_imported_lse, r"calls scipy.special.logsumexp, which this exercise forbids"),
+    (logcumsumexp_lse, r"calls torch.logcumsumexp, which this exercise forbids"),
+    (reduce_logaddexp_lse, r"calls torch.logaddexp, which this exercise forbids"),
+    (numpy_logaddexp_lse, r"calls numpy.logaddexp, which this exercise forbids"),
     (torch_lse, r"calls torch.logsumexp, which this exercise forbids"),
     (method_lse, r"calls torch.logsumexp, which this exercise forbids"),
     (special_lse, r"calls torch.logsumexp, which this exercise forbids"),
@@ -125,6 +193,37 @@ def test_instructors_page_shows_the_real_messages(capsys):
 def right_ce(logits, target):
     m = logits.amax(dim=-1, keepdim=True)
     lse = m.squeeze(-1) + torch.log(torch.exp(logits - m).sum(dim=-1))
+    return (lse - logits.gather(-1, target[:, None]).squeeze(-1)).mean()
+
+
+def right_ce_log_probs(logits, target):  # another right answer: shifted log-probabilities
+    shifted = logits - logits.max(-1, keepdim=True).values
+    log_p = shifted - shifted.exp().sum(-1, keepdim=True).log()
+    return -log_p[torch.arange(len(target)), target].mean()
+
+
+def shifted_by_ce(pick):  # right except for the shift c = pick(logits)
+    def answer(logits, target):
+        c = pick(logits)
+        lse = c.squeeze(-1) + torch.log(torch.exp(logits - c).sum(dim=-1))
+        return (lse - logits.gather(-1, target[:, None]).squeeze(-1)).mean()
+    return answer
+
+
+min_shift_ce = shifted_by_ce(lambda z: z.amin(-1, keepdim=True))
+first_entry_ce = shifted_by_ce(lambda z: z[:, :1])
+mean_shift_ce = shifted_by_ce(lambda z: z.mean(-1, keepdim=True))
+
+
+def logaddexp_ce(logits, target):
+    import functools
+    lse = functools.reduce(torch.logaddexp, logits.unbind(-1))
+    return (lse - logits.gather(-1, target[:, None]).squeeze(-1)).mean()
+
+
+def scipy_ce(logits, target):
+    from scipy.special import logsumexp
+    lse = torch.as_tensor(logsumexp(logits.numpy(), axis=-1), dtype=logits.dtype)
     return (lse - logits.gather(-1, target[:, None]).squeeze(-1)).mean()
 
 
@@ -174,8 +273,9 @@ def per_example_ce(logits, target):
     return lse - logits.gather(-1, target[:, None]).squeeze(-1)
 
 
-def test_ce_accepts_right_answer(capsys):
-    assert check("softmax-cross-entropy", right_ce)
+@pytest.mark.parametrize("answer", [right_ce, right_ce_log_probs])
+def test_ce_accepts_right_answer(answer, capsys):
+    assert check("softmax-cross-entropy", answer)
     printed = " ".join(capsys.readouterr().out.split())  # check() wraps its line
     assert "correct on 6 test cases" in printed
 
@@ -189,6 +289,11 @@ def test_ce_accepts_right_answer(capsys):
                     r"own maximum\)(.|\n)*Hint: shift each row by its own maximum"),
     (one_hot_ce, r"\[\[0, -inf, 1\]\], target = \[2\] \(an impossible class\) your result is "
                  r"NaN(.|\n)*0 \* \(-inf\) = NaN"),
+    (min_shift_ce, r"target = \[0, 0\] \(huge logits\)(.|\n)*but got +tensor\(inf\)"),
+    (first_entry_ce, r"target = \[0, 0\] \(huge logits\)(.|\n)*but got +tensor\(inf\)"),
+    (mean_shift_ce, r"target = \[0, 0\] \(huge logits\)(.|\n)*but got +tensor\(inf\)"),
+    (logaddexp_ce, r"calls torch.logaddexp, which this exercise forbids"),
+    (scipy_ce, r"calls scipy.special.logsumexp, which this exercise forbids"),
     (torch_ce, r"calls torch.nn.functional.cross_entropy, which this exercise forbids"),
     (log_softmax_ce, r"calls torch.log_softmax, which this exercise forbids"),
     (library_ce, r"calls a function of the book's library"),

@@ -3,8 +3,11 @@
 * ``softmax-stable-lse``: ``stable_logsumexp(x)`` along the last dimension, which must survive huge
   logits, ``-inf`` entries and slices that are entirely ``-inf`` (result ``-inf``), shifting each
   row by its own maximum, written with basic tensor operations: ``torch.logsumexp`` (also as a
-  method or ``torch.special.logsumexp``), torch's softmax/log-softmax and the book's library are
-  forbidden.
+  method or ``torch.special.logsumexp``), ``torch.logcumsumexp``, ``torch.logaddexp`` (so also
+  ``functools.reduce(torch.logaddexp, ...)``), torch's softmax/log-softmax,
+  ``scipy.special.logsumexp``, ``numpy.logaddexp`` and the book's library are forbidden. A test
+  row has its maximum last with a spread of 1000, so that a shift by the minimum, by the first
+  entry or by the mean of the finite entries overflows there.
 * ``softmax-cross-entropy``: ``mean_cross_entropy(logits, target)`` from logits and class indices,
   without ever forming ``exp(logits)`` unshifted, also where a logit is ``-inf``; ready-made
   cross entropies and log-softmaxes are forbidden.
@@ -13,11 +16,13 @@
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from unittest import mock
 
+import numpy as np
 import torch
 
-from . import _ForbiddenCall, call, exercise, expect_close, expect_true
+from . import _ForbiddenCall, _fail, call, exercise, expect_close, expect_true, watch_calls
 from .. import softmax as _softmax
 from ..softmax import cross_entropy, logsumexp
 
@@ -26,8 +31,11 @@ INF = math.inf
 # Ready-made answers. Matched by name (see softmaxbook.exercises.forbidden), so torch.logsumexp
 # also catches x.logsumexp(...) and torch.special.logsumexp, and torch.log_softmax also catches
 # torch.nn.functional.log_softmax and x.log_softmax(...).
+# torch.logcumsumexp(x, -1)[..., -1] and functools.reduce(torch.logaddexp, x.unbind(-1)) are
+# log-sum-exps too (review of the third edition).
 _NO_LSE = {torch.logsumexp: "torch.logsumexp", torch.softmax: "torch.softmax",
-           torch.log_softmax: "torch.log_softmax"}
+           torch.log_softmax: "torch.log_softmax", torch.logcumsumexp: "torch.logcumsumexp",
+           torch.logaddexp: "torch.logaddexp", torch.logaddexp2: "torch.logaddexp2"}
 _NO_LSE_REASON = ("Write it with basic tensor operations (amax, exp, sum, log, where): the "
                   "point of the exercise is the shift that makes it stable.")
 _NO_CE = {**_NO_LSE,
@@ -54,11 +62,39 @@ def _book_library_forbidden():
         _softmax._check_x = saved
 
 
+class _NumpyTripwire:
+    """Stands in for ``numpy.logaddexp`` while a check runs: ``np.logaddexp.reduce(x)`` is a
+    ready-made log-sum-exp (numpy ufuncs are not Python functions, so a profile hook cannot see
+    them; the name is looked up at call time)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __getattr__(self, attr):
+        raise _ForbiddenCall(self.name)
+
+    def __call__(self, *args, **kwargs):
+        raise _ForbiddenCall(self.name)
+
+
 def _call(func, *args, desc, forbid, reason):
-    with _book_library_forbidden():
-        return call(func, *args, input_desc=desc, forbid=forbid, forbid_reason=reason)
+    import scipy.special
+
+    with ExitStack() as stack:
+        stack.enter_context(_book_library_forbidden())
+        for name in ("logaddexp", "logaddexp2"):
+            stack.enter_context(mock.patch.object(np, name, _NumpyTripwire(f"numpy.{name}")))
+        # scipy.special.logsumexp is a Python function: a profile hook sees it however the
+        # learner imported it (also before the check ran)
+        seen = stack.enter_context(watch_calls(scipy.special.logsumexp))
+        result = call(func, *args, input_desc=desc, forbid=forbid, forbid_reason=reason)
+    if seen:
+        _fail(f"for input {desc} your function calls scipy.special.logsumexp, which this "
+              f"exercise forbids. {reason}")
+    return result
 
 
+MAX_LAST = "the maximum is last"
 PER_ROW = "a batch of 3 rows, float64 (each row needs its own maximum)"
 
 LSE_CASES = [
@@ -66,7 +102,10 @@ LSE_CASES = [
     (torch.tensor([1000.0, 999.0, 990.0]), "x = [1000, 999, 990] (exp overflows)"),
     (torch.tensor([-1000.0, -1001.0]), "x = [-1000, -1001] (exp underflows to 0)"),
     (torch.tensor([7.5]), "x = [7.5] (one element)"),
-    (torch.tensor([0.0, -INF, 2.0]), "x = [0, -inf, 2] (an impossible entry)"),
+    # the maximum last, 1000 above the rest: a shift by the minimum, the first entry or the mean
+    # of the finite entries (500) leaves exp(500) or exp(1000), which overflow in float32
+    (torch.tensor([0.0, -INF, 1000.0]),
+     f"x = [0, -inf, 1000] (an impossible entry; {MAX_LAST})"),
     # shifted by the maximum of the whole tensor (1000), the second row underflows to log 0
     (torch.tensor([[1000.0, 999.0], [-1000.0, -1001.0], [3.0, 3.0]], dtype=torch.float64),
      "x = [[1000, 999], [-1000, -1001], [3, 3]], " + PER_ROW),
@@ -78,6 +117,9 @@ _LSE_HINT = ("log-sum-exp is m + log(sum(exp(x - m))) with m the maximum along t
 _ROW_HINT = ("shift each row by its own maximum (x.amax(dim=-1, keepdim=True)), not by the "
              "maximum of the whole tensor: a row far below the overall maximum underflows to "
              "exp(...) = 0 and log 0 = -inf.")
+_OVERFLOW_HINT = ("an exponent overflowed: exp(x - c) stays finite for every entry only when c "
+                  "is at least the largest entry of the row. Which shift makes every exponent "
+                  "<= 0? (The minimum, the first entry or the mean do not.)")
 _NAN_HINT = ("shift by the maximum m of x (not by max(exp(x))). For a row that is all -inf, "
              "m = -inf and x - m = -inf - (-inf) = NaN; the answer for that row is log 0 = "
              "-inf. Which shift gives that without a NaN?")
@@ -92,8 +134,12 @@ def _check_stable_lse(stable_logsumexp):
         if isinstance(got, torch.Tensor) and bool(torch.isnan(got).any()):
             expect_true(False, f"for input {desc} your result contains NaN: {got.tolist()}.",
                         hint=_NAN_HINT)
-        expect_close(got, expected, input_desc=desc, rtol=1e-6, atol=1e-6,
-                     hint=_ROW_HINT if PER_ROW in desc else _LSE_HINT)
+        hint = _ROW_HINT if PER_ROW in desc else _LSE_HINT
+        if (MAX_LAST in desc and isinstance(got, torch.Tensor)
+                and got.shape == expected.shape
+                and bool((torch.isposinf(got) & torch.isfinite(expected)).any())):
+            hint = _OVERFLOW_HINT
+        expect_close(got, expected, input_desc=desc, rtol=1e-6, atol=1e-6, hint=hint)
     return len(LSE_CASES)
 
 
