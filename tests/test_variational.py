@@ -205,7 +205,7 @@ def test_catenary_is_recovered():
 def test_brachistochrone_graded_grid_second_order_uniform_first_order():
     t_star = cycloid_time(math.pi, -2.0)
     graded, uniform = [], []
-    for n in (16, 32, 64):
+    for n in (16, 32, 64, 128):
         res = minimize_functional(brach, 0.0, math.pi, 0.0, -2.0, n=n)
         # the quadrature matches the exact time of the same polygon
         assert abs(float(res.value) - exact_polygon_time(res.x, res.f)) < 1e-9
@@ -213,8 +213,11 @@ def test_brachistochrone_graded_grid_second_order_uniform_first_order():
         uni = minimize_functional(brach, 0.0, math.pi, 0.0, -2.0, n=n, singular="none")
         uniform.append(float(uni.value) - t_star)
     assert min(graded) > 0 and min(uniform) > 0
-    assert graded[-1] < 1e-4
-    assert all(1.7 < p < 2.3 for p in order(graded))
+    assert graded[-1] < 1e-5
+    # Order 2 itself, not "nearly": the t^3 grading makes the cycloid's start f ~ x^(2/3)
+    # smooth in t (measured 2.003, 2.001, 2.001). A t^2 grading gives 1.888, 1.895, 1.901 and
+    # fails this bracket (the review's finding); so does any first-order error.
+    assert all(1.97 < p < 2.03 for p in order(graded)), order(graded)
     assert all(0.8 < p < 1.2 for p in order(uniform))
     # the path itself approaches the cycloid
     res = minimize_functional(brach, 0.0, math.pi, 0.0, -2.0, n=64)

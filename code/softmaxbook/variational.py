@@ -31,8 +31,12 @@ Two things put it right (see :func:`discrete_functional` and :func:`minimize_fun
 1. each half-cell is integrated after the substitution x = node ± (h/2) v², which turns a
    1/sqrt(x − node) peak at a grid point into a smooth integrand in v (and leaves the
    minimiser no unresolved peak to exploit);
-2. the grid is graded towards a singular end (x − a ∝ t² for uniform t), which makes the
-   cycloid's start smooth in t and restores a second-order error.
+2. the grid is graded towards a singular end, x − a ∝ t³ for uniform t. The cycloid starts
+   like f ≈ −c (x − a)^(2/3). Grading as t² would give f ∝ t^(4/3), still not smooth in t
+   (its second t-derivative is infinite at the start), and the error of J falls at a measured
+   order of only 1.88–1.91 for n = 8 to 256; with t³, f ∝ t² is smooth in t, the measured
+   order is 2.00 and the error about 40 % smaller (tests/test_variational.py). Grading harder
+   (t⁴) gains nothing: the first cells are so short that L-BFGS needs many more iterations.
 
 References
 ----------
@@ -333,15 +337,15 @@ class FunctionalMinimum(NamedTuple):
 
 
 def _grid(a: float, b: float, n: int, singular: str, dtype, device) -> torch.Tensor:
-    """Grid of n cells on [a, b], graded as t² towards singular ends."""
+    """Grid of n cells on [a, b], graded as t³ towards singular ends (module docstring)."""
     t = torch.linspace(0.0, 1.0, n + 1, dtype=dtype, device=device)
     if singular == "a":
-        tau = t ** 2
+        tau = t ** 3
     elif singular == "b":
-        tau = 1 - (1 - t) ** 2
+        tau = 1 - (1 - t) ** 3
     elif singular == "both":
-        # smoothstep 3t² − 2t³: quadratic at both ends, symmetric
-        tau = t * t * (3 - 2 * t)
+        # smootherstep 10t³ − 15t⁴ + 6t⁵: cubic at both ends, symmetric
+        tau = t ** 3 * (10 - 15 * t + 6 * t * t)
     else:
         tau = t
     x = a + (b - a) * tau
@@ -354,8 +358,8 @@ def _preconditioner(x: torch.Tensor) -> torch.Tensor:
 
     The f′-part of J is what makes the discrete problem ill-conditioned (condition number
     ∝ n²). In the coordinates c of y_interior = y₀ + P c the path-length-like part of J is well
-    scaled, so L-BFGS needs far fewer iterations (for the brachistochrone, about 100 instead of
-    thousands at n = 128).
+    scaled, so L-BFGS needs far fewer iterations (what is left is the conditioning of the rest
+    of F: for the brachistochrone on the t³-graded grid, about 450 iterations at n = 128).
     """
     h = x[1:] - x[:-1]
     w = 1.0 / h
@@ -437,9 +441,9 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
 
     For a smooth problem the error of the minimiser and of J falls like n⁻². At an end where F
     is infinite but integrable (the brachistochrone's 1/sqrt(−f) at its start), the grid is
-    graded as t² towards that end and the end cell is integrated after the substitution
-    x = a + h v² (module docstring), which keeps the error of J at about n⁻²; on a uniform grid
-    it would fall only like n⁻¹.
+    graded as t³ towards that end and each half-cell is integrated after the substitution
+    x = node ± (h/2) v² (module docstring), which keeps the error of J at order n⁻² for a path
+    that starts like (x − a)^(2/3); on a uniform grid it falls only like n⁻¹.
 
     Parameters
     ----------
