@@ -320,6 +320,52 @@ def test_fit_explicit_starts_float32():
     assert fit.alpha.dtype == torch.float32 and fit.start_log_likelihoods.shape == (2, 1)
 
 
+def test_one_long_participant_likelihood_does_not_overflow():
+    """Review, third edition: _derivatives summed log(1 + e^{-|η|}) as the log of a product of
+    up to 65536 // N factors in [1, 2], which overflows (ℓ = −inf) for one participant with a
+    long session; a nearly random chooser (factors near 2) overflowed after ~1100 trials."""
+    a, b, c, r = data(S=1, T=3000, seed=21, alpha=torch.tensor([0.3], dtype=D),
+                      beta=torch.tensor([0.5], dtype=D))
+    grid_a = torch.tensor([0.1, 0.5, 0.9], dtype=D)
+    for beta in (0.01, 0.5, 5.0):
+        for alpha in grid_a:
+            ll = ch._derivatives(alpha.reshape(1), torch.tensor([beta], dtype=D), c.T.to(D),
+                                 r.T, 0.0, 2)[0]
+            ref = rw_log_likelihood(alpha.reshape(1), torch.tensor([beta], dtype=D), c, r)
+            torch.testing.assert_close(ll, ref, rtol=1e-12, atol=0)
+    # float32 work dtype (rw_gradient on float32 inputs): products of ≤ 123 factors
+    ll32 = ch._derivatives(torch.tensor([0.3]), torch.tensor([0.01]), c.T.float(),
+                           r.T.float(), 0.0, 1)[0]
+    assert torch.isfinite(ll32).all()
+    torch.testing.assert_close(ll32.double(), rw_log_likelihood(
+        torch.tensor([0.3], dtype=D), torch.tensor([0.01], dtype=D), c, r), rtol=1e-4, atol=0)
+    # the fit of the single participant equals its fit among 100 copies
+    fit1 = fit_rw(c, r, n_starts=5, generator=torch.Generator().manual_seed(1))
+    fit100 = fit_rw(c.expand(100, -1), r.expand(100, -1), n_starts=5,
+                    generator=torch.Generator().manual_seed(1))
+    assert torch.isfinite(fit1.log_likelihood).all() and fit1.converged.all()
+    torch.testing.assert_close(fit1.log_likelihood, rw_log_likelihood(fit1.alpha, fit1.beta, c, r))
+    torch.testing.assert_close(fit1.log_likelihood[0], fit100.log_likelihood.max(), atol=1e-7,
+                               rtol=0)
+    torch.testing.assert_close(fit1.alpha[0], fit100.alpha[fit100.log_likelihood.argmax()],
+                               atol=1e-4, rtol=0)
+
+
+def test_fit_never_converged_at_non_finite_log_likelihood(monkeypatch):
+    """Review, third edition: fit_rw returned converged=True with log_likelihood = -inf."""
+    a, b, c, r = data(S=2, T=50, seed=22)
+    original = ch._derivatives
+
+    def broken(alpha, *args, **kwargs):
+        out = original(alpha, *args, **kwargs)
+        return (out[0] - math.inf,) + tuple(out[1:])
+
+    monkeypatch.setattr(ch, "_derivatives", broken)
+    fit = fit_rw(c, r, n_starts=2, generator=torch.Generator().manual_seed(0))
+    assert torch.isinf(fit.log_likelihood).all()
+    assert not fit.converged.any()
+
+
 # ---------------------------------------------------------------- alternative models
 
 

@@ -411,6 +411,9 @@ def _derivatives(alpha, beta, y, r, initial_value, order, onehot=None):
     # the block's contributions to ℓ, gradient and Hessian are added while those rows are
     # still in cache (on the full [T, N] arrays the same arithmetic is memory-bound).
     B = max(32, min(T, 65536 // max(N, 1)))  # ~0.5 MB per [B, N] float64 array
+    # factors in [1, 2] per product: 2^L must stay below the dtype's largest number (2^1024
+    # in float64, 2^128 in float32), with room to spare for rounding
+    L = int(math.log2(torch.finfo(dtype).max)) - 4
     buf = torch.empty((B + 1, n_state + 1, 2, N), device=dev, dtype=dtype)
     buf[:, 0] = 0.0
     buf[0, 1] = initial_value
@@ -442,12 +445,15 @@ def _derivatives(alpha, beta, y, r, initial_value, order, onehot=None):
         dV = X[:, 0]
         eta = beta * dV  # logit of p_t
         # log σ(z) = −relu(−z) − log(1 + e^{−|z|}) with z = ±η: exact for any η (log(sigmoid(η))
-        # would give log 0 for η < −745). The log(1 + e^{−|η|}) terms are summed as the log of
-        # their product: each factor is in [1, 2], so a block's product cannot overflow, and
-        # one log per learner and block replaces B (log1p is the slowest operation here).
+        # would give log 0 for η < −745). The log(1 + e^{−|η|}) terms are summed as the logs of
+        # products of at most L factors (log1p is the slowest operation here). Each factor is
+        # in [1, 2], so such a product is at most 2^L and cannot overflow: a whole block's
+        # product could (B is up to 65536 // N factors, 2^1024 overflows float64), which made
+        # ℓ = −inf for a single participant with a long session.
         e = torch.exp(-eta.abs())
         ll -= ones @ torch.relu((1 - 2 * y_b) * eta)
-        log_prod += torch.log((1 + e).prod(0))
+        for i in range(0, nb, L):
+            log_prod += torch.log((1 + e[i:i + L]).prod(0))
         if order >= 1:
             p = torch.sigmoid(eta)
             res = y_b - p  # ∂ℓ_t/∂η_t
@@ -523,7 +529,7 @@ class RWFit(NamedTuple):
     alpha: torch.Tensor  #: [S] maximum-likelihood learning rate
     beta: torch.Tensor  #: [S] maximum-likelihood inverse temperature
     log_likelihood: torch.Tensor  #: [S] ℓ at the estimate
-    converged: torch.Tensor  #: [S] bool, the best start met the convergence test
+    converged: torch.Tensor  #: [S] bool, the best start met the convergence test at a finite ℓ
     start_log_likelihoods: torch.Tensor  #: [S, K] ℓ reached from each start
     n_iter: int  #: iterations until the last start converged
 
@@ -642,7 +648,8 @@ def fit_rw(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_ma
         alpha=torch.sigmoid(theta[:, 0]).to(out),
         beta=torch.exp(theta[:, 1]).to(out),
         log_likelihood=ll_sk[rows, best].to(out),
-        converged=conv.reshape(S, K)[rows, best],
+        # a non-finite ℓ is never a converged fit (the tests above all hold at ℓ = −inf)
+        converged=conv.reshape(S, K)[rows, best] & torch.isfinite(ll_sk[rows, best]),
         start_log_likelihoods=ll_sk.to(out),
         n_iter=n_iter,
     )
