@@ -98,7 +98,9 @@ def test_mass_bins_sizes_and_ties():
     probs = torch.stack([conf, 1 - conf], 1)
     labels = torch.tensor([0, 1, 0, 0, 0, 1])
     b = reliability_bins(probs, labels, 3, binning="mass")
-    assert b.count.tolist() == [4, 0, 2]
+    # the run of three 0.7s fills one bin; the bins around it are not left empty
+    assert b.count.tolist() == [1, 3, 2]
+    assert b.edges.tolist() == [0.6, 0.7, 0.9, 0.95]
     perm = torch.tensor([5, 3, 0, 4, 1, 2])
     b2 = reliability_bins(probs[perm], labels[perm], 3, binning="mass")
     assert torch.equal(b.count, b2.count)
@@ -593,3 +595,42 @@ def test_width_bins_every_edge_m_over_M_joins_bin_m(dtype):
     # the reported edges are m / M correctly rounded, not linspace's
     assert reliability_bins(torch.tensor([[0.6, 0.4]], dtype=dtype), torch.tensor([0]),
                             20).edges[11].item() == 0.55
+
+
+def test_mass_bins_with_a_long_run_of_ties_leave_no_bin_empty():
+    # The review: a float32 network's confidences of exactly 1.0 (86 % of them) emptied every
+    # bin whose array_split cuts fell inside the run: NaN edges, NaN-width bars. 86 ones and 14
+    # distinct values below them, 15 bins: every bin holds something, the ones share one bin.
+    conf = torch.cat([torch.linspace(0.5, 0.9, 14, **f64), torch.ones(86, **f64)])
+    probs = torch.stack([conf, 1 - conf], 1)
+    labels = torch.zeros(100, dtype=torch.long)
+    b = reliability_bins(probs, labels, 15, binning="mass")
+    assert (b.count > 0).all() and b.count.sum() == 100
+    assert b.count[-1] == 86
+    assert torch.isfinite(b.edges).all() and (b.edges.diff() >= 0).all()
+    assert torch.isfinite(b.confidence).all() and torch.isfinite(b.accuracy).all()
+    assert torch.isfinite(expected_calibration_error(probs, labels, 15, binning="mass"))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_mass_bins_never_split_ties_and_empty_only_when_values_run_out(seed):
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 300, (1,), generator=g))
+    n_bins = int(torch.randint(1, 40, (1,), generator=g))
+    # confidences on a coarse grid: many ties, sometimes fewer values than bins
+    levels = int(torch.randint(1, 60, (1,), generator=g))
+    conf = 0.5 + 0.5 * torch.randint(0, levels + 1, (n,), generator=g).double() / levels
+    probs = torch.stack([conf, 1 - conf], 1)
+    labels = torch.randint(0, 2, (n,), generator=g)
+    b = reliability_bins(probs, labels, n_bins, binning="mass")
+    idx = torch.bucketize(conf, b.edges[1:-1], right=True)  # bin of each value by its edges
+    distinct = conf.unique().numel()
+    assert b.count.sum() == n and torch.isfinite(b.edges).all()
+    assert int((b.count > 0).sum()) == min(n_bins, distinct)
+    # each distinct value lies in exactly one bin, and the bins are in increasing order
+    for v in conf.unique():
+        assert idx[conf == v].unique().numel() == 1
+    assert (b.edges.diff() >= 0).all()
+    if distinct == n:  # no ties: numpy.array_split's sizes
+        sizes = [len(a) for a in np.array_split(np.arange(n), n_bins)]
+        assert b.count.tolist() == sizes

@@ -19,8 +19,12 @@ Conventions used by every function here (chosen once for the whole module):
   no confidence lies exactly on an edge.)
 * **Equal-mass bins** (``binning="mass"``, Kumar et al. 2019): the confidences sorted in
   increasing order are cut into ``M`` groups of sizes differing by at most one (the first
-  ``N mod M`` groups one larger), like ``numpy.array_split``; tied confidences are never split:
-  all copies of a value go to the bin of its first copy.
+  ``N mod M`` groups one larger), like ``numpy.array_split`` -- when no two confidences are
+  equal. Tied confidences are never split, so with ties the bins are cut greedily from the
+  lowest confidence: each bin ends at the end of a run of ties nearest to an equal share of
+  the examples left, and never so late that fewer distinct values than bins remain. A bin is
+  therefore empty only when there are fewer distinct confidences than bins (then the empty
+  bins come last, with zero width at the largest confidence).
 * **OOD scores**: a higher score means "more in-distribution". The in-distribution examples are
   the **positive** class unless ``positive="out"`` is asked for. Ties between scores are handled
   exactly: a threshold ``t`` accepts every score ``>= t``, so tied scores move together.
@@ -47,6 +51,7 @@ References
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Callable, NamedTuple
 
@@ -164,7 +169,8 @@ class ReliabilityBins(NamedTuple):
     ``accuracy``: fraction of correct top labels in the bin (NaN for an empty bin);
     ``count``: number of examples in the bin; ``edges``: ``n_bins + 1`` bin edges (for
     ``binning="mass"`` the edges are the smallest confidence of each bin and, last, the largest
-    confidence).
+    confidence; never NaN: a bin left empty, which happens only with fewer distinct
+    confidences than bins, has zero width at the largest confidence).
     """
 
     confidence: torch.Tensor
@@ -197,20 +203,42 @@ def _bin_index(conf: torch.Tensor, n_bins: int, binning: str) -> tuple[torch.Ten
         return idx, edges
     conf = conf.double()
     values, order = torch.sort(conf, stable=True)
-    rank = torch.arange(n, device=conf.device)
-    # array_split: the first r = n mod M groups have q + 1 members, the others q
-    q, r = divmod(n, n_bins)
-    big = r * (q + 1)
-    by_rank = torch.where(rank < big, rank // (q + 1),
-                          r + (rank - big) // max(q, 1))
-    # ties never split: every copy of a value takes the bin of its first copy
-    first = torch.searchsorted(values, values, right=False)
-    by_rank = by_rank[first]
+    # ends of the runs of tied values in sorted order (exclusive); a bin may end only there
+    run_ends = (torch.nonzero(values[1:] != values[:-1]).squeeze(1) + 1).tolist() + [n]
+    n_runs = len(run_ends)
+    # Greedy from the lowest confidences: each bin ends at the run end nearest to an equal
+    # share of what is left, ceil(left / bins left) -- exactly numpy.array_split when there are
+    # no ties -- but never so late that fewer runs than bins remain, so that no bin is empty
+    # unless there are fewer distinct confidences than bins. (Cutting the array_split
+    # positions and moving each cut to a run end instead emptied every bin whose cuts fell
+    # in one long run of ties, e.g. the many confidences of exactly 1.0 of a float32 model.)
+    ends = []
+    start, first_run = 0, 0
+    for bins_left in range(n_bins, 0, -1):
+        if start == n:
+            break
+        if bins_left == 1:
+            k = n_runs - 1
+        else:
+            last_ok = n_runs - 1 - min(bins_left - 1, n_runs - 1 - first_run)
+            target = start + -(-(n - start) // bins_left)
+            k = bisect.bisect_left(run_ends, target, first_run, last_ok + 1)
+            # the run end just below the target, if it is nearer (a tie goes up)
+            if k > last_ok or (k > first_run
+                               and target - run_ends[k - 1] < run_ends[k] - target):
+                k -= 1
+        ends.append(run_ends[k])
+        start, first_run = run_ends[k], k + 1
+    starts = [0] + ends[:-1]
+    sizes = torch.tensor([b - a for a, b in zip(starts, ends)], device=conf.device)
+    by_rank = torch.repeat_interleave(torch.arange(len(ends), device=conf.device), sizes)
     idx = torch.empty_like(by_rank)
     idx[order] = by_rank
-    lows = torch.full((n_bins,), float("nan"), dtype=torch.float64, device=conf.device)
-    lows.scatter_reduce_(0, by_rank, values, reduce="amin", include_self=False)
-    edges = torch.cat([lows, values[-1:]])
+    # edges: the smallest confidence of each bin, then the largest confidence; bins left
+    # empty (fewer distinct confidences than bins) come last, with zero width at the top
+    lows = values[torch.tensor(starts, dtype=torch.long, device=conf.device)] if n else values
+    top = values[-1:] if n else torch.zeros(1, dtype=torch.float64, device=conf.device)
+    edges = torch.cat([lows, top.expand(n_bins + 1 - len(ends))])
     return idx, edges
 
 
