@@ -362,14 +362,26 @@ def _common(params, func):
     return tuple(shape), params[0].dtype, params[0].device
 
 
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype in which the noise and the parameter-free part of ``g`` are computed: float64
+    for float64, float32 for every other float dtype. Half-precision uniforms are too coarse:
+    float16 has 2^11 values in [1/2, 1), so a uniform cast to it rounds to exactly 1 once in
+    about 4000 draws (and ln(1 - 2|eps|) becomes -inf, ln(1/eps) exactly 0)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def _uniform_open(shape, dtype, device, generator):
-    """Uniforms in the open interval (0, 1). ``torch.rand`` samples [0, 1), and a 0 would give
-    ``log 0 = -inf`` below; the clamp moves only draws that were exactly 0 (probability 2^-24
-    in float32, 2^-53 in float64)."""
-    work = torch.float64 if dtype == torch.float64 else torch.float32
+    """Uniforms in the open interval (0, 1), in the work dtype :func:`_work_dtype` ``(dtype)``
+    (the callers round only their final result to ``dtype``, once).
+
+    ``torch.rand`` returns multiples of 2^-24 (float32) or 2^-53 (float64) in [0, 1): never 1,
+    but 0 with probability 2^-24 resp. 2^-53, and ``log 0 = -inf``. A 0 is replaced by half the
+    grid step (2^-25 resp. 2^-54), so every uniform lies strictly inside (0, 1) and the
+    largest draw of ``ln(1/eps)`` is ``ln 2^25 = 17.3`` (float32) rather than
+    ``ln(1/tiny) = 87``."""
+    work = _work_dtype(dtype)
     u = torch.rand(shape, dtype=work, device=device, generator=generator)
-    info = torch.finfo(work)
-    return u.clamp_(info.tiny, 1.0 - info.eps / 2).to(dtype)
+    return u.clamp_(torch.finfo(work).eps / 4, 1.0)
 
 
 def _setup(func, sample_shape, generator, **params):
@@ -384,12 +396,19 @@ def sample_exponential(rate=1.0, sample_shape=(), *, generator=None) -> torch.Te
     """Exponential(rate) by the inverse CDF: ``g(eps) = ln(1 / eps) / rate``, ``eps ~ U(0, 1)``.
 
     Density ``rate * exp(-rate * x)``, ``x > 0``. Returns ``sample_shape + rate.shape``.
+    ``ln(1 / eps)`` is computed in float32 or float64 (:func:`_work_dtype`) and then rounded to
+    ``rate``'s dtype; a draw too small for that dtype (below its smallest subnormal, e.g.
+    ``2^-24`` in float16) is returned as that smallest positive number, so every draw lies in the
+    support ``x > 0`` (its derivative in ``rate`` is then 0 instead of about 0).
     """
     func = "sample_exponential"
     rate = _param(rate, "rate", func, positive=True)
     shape, dtype, device = _setup(func, sample_shape, generator, rate=rate)
     eps = _uniform_open(shape, dtype, device, generator)
-    return -torch.log(eps) / rate
+    # ln(1/eps) > 0 for eps < 1; computed before rounding to dtype, where eps could become 1
+    standard = (-torch.log(eps)).to(dtype)
+    tiny = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps
+    return (standard / rate).clamp_min(tiny)
 
 
 def sample_cauchy(loc=0.0, scale=1.0, sample_shape=(), *, generator=None) -> torch.Tensor:
@@ -397,41 +416,56 @@ def sample_cauchy(loc=0.0, scale=1.0, sample_shape=(), *, generator=None) -> tor
 
     Density ``1 / (pi * scale * (1 + ((x - loc) / scale)**2))``. The source's ``tan(pi eps)`` has
     the same law (tan has period pi) but jumps at ``eps = 1/2``; the shifted form is the
-    increasing inverse CDF.
+    increasing inverse CDF. The standard draw ``tan(pi (eps - 1/2))`` is computed in float32 or
+    float64 and then rounded to the parameters' dtype: in float16 a standard Cauchy draw exceeds
+    the largest finite value 65504 with probability ``2 / (65504 pi) = 1e-5`` and rounds to
+    +-inf, as the true value would.
     """
     func = "sample_cauchy"
     loc = _param(loc, "loc", func)
     scale = _param(scale, "scale", func, positive=True)
     shape, dtype, device = _setup(func, sample_shape, generator, loc=loc, scale=scale)
     eps = _uniform_open(shape, dtype, device, generator)
-    return loc + scale * torch.tan(math.pi * (eps - 0.5))
+    return loc + scale * torch.tan(math.pi * (eps - 0.5)).to(dtype)
 
 
 def sample_laplace_standard(sample_shape=(), *, generator=None, dtype=None) -> torch.Tensor:
     """Laplace(0, 1), density ``exp(-|x|) / 2`` (erratum 26: the source omits the 1/2):
     ``g(eps1, eps2) = ln(eps1 / eps2)`` with ``eps1, eps2 ~ U(0, 1)`` independent (a difference
-    of two Exponential(1) variables)."""
+    of two Exponential(1) variables). Computed in float32 or float64, then rounded to ``dtype``."""
     func = "sample_laplace_standard"
     shape = _shape(sample_shape, func)
     check_generator(generator, None, func)
     dtype = dtype or torch.get_default_dtype()
     e1 = _uniform_open(shape, dtype, "cpu", generator)
     e2 = _uniform_open(shape, dtype, "cpu", generator)
-    return torch.log(e1) - torch.log(e2)
+    return (torch.log(e1) - torch.log(e2)).to(dtype)
 
 
 def sample_laplace(loc=0.0, scale=1.0, sample_shape=(), *, generator=None) -> torch.Tensor:
     """Laplace(loc, scale), density ``exp(-|x - loc| / scale) / (2 scale)``, by the inverse CDF:
     ``g(eps) = loc - scale * sgn(eps) * ln(1 - 2 |eps|)`` with ``eps ~ U(-1/2, 1/2)``
     (erratum 26: the source draws ``eps`` from [0, 1], where ``ln(1 - 2|eps|)`` is undefined for
-    half the draws)."""
+    half the draws).
+
+    Numerics: with ``eps = u - 1/2`` for ``u ~ U(0, 1)`` the formula is ``ln(2 u)`` for
+    ``u < 1/2`` and ``-ln(2 (1 - u))`` above, and that is how it is evaluated, in float32 or
+    float64 (:func:`_work_dtype`): ``u - 1/2`` would round to ``-1/2`` for every ``u < 2^-25`` in
+    float32 (``ln 0 = -inf``; ``torch.rand`` returns 0 with probability 2^-24), and a uniform
+    rounded to float16 reaches 1 once in about 4000 draws. ``1 - u`` is exact for ``u >= 1/2`` (Sterbenz), so neither branch
+    takes the logarithm of 0. The standard draw is rounded to the parameters' dtype once.
+    """
     func = "sample_laplace"
     loc = _param(loc, "loc", func)
     scale = _param(scale, "scale", func, positive=True)
     shape, dtype, device = _setup(func, sample_shape, generator, loc=loc, scale=scale)
-    eps = _uniform_open(shape, dtype, device, generator) - 0.5
-    # log1p(-2|eps|) is accurate near eps = 0, where 1 - 2|eps| is close to 1.
-    return loc - scale * torch.sign(eps) * torch.log1p(-2 * eps.abs())
+    u = _uniform_open(shape, dtype, device, generator)
+    lower = u < 0.5
+    # each branch sees only values where its logarithm is finite (no -inf to mask afterwards)
+    left = torch.log(2 * torch.where(lower, u, 0.25))
+    right = -torch.log(2 * (1 - torch.where(lower, 0.75, u)))
+    standard = torch.where(lower, left, right).to(dtype)
+    return loc + scale * standard
 
 
 def sample_box_muller(sample_shape=(), *, generator=None, dtype=None) -> torch.Tensor:
@@ -444,7 +478,7 @@ def sample_box_muller(sample_shape=(), *, generator=None, dtype=None) -> torch.T
     dtype = dtype or torch.get_default_dtype()
     e1 = _uniform_open(shape, dtype, "cpu", generator)
     e2 = _uniform_open(shape, dtype, "cpu", generator)
-    return torch.sqrt(-2 * torch.log(e1)) * torch.cos(2 * math.pi * e2)
+    return (torch.sqrt(-2 * torch.log(e1)) * torch.cos(2 * math.pi * e2)).to(dtype)
 
 
 def sample_gaussian(mean: torch.Tensor, factor: torch.Tensor, sample_shape=(), *,
@@ -510,8 +544,10 @@ def sample_inverse_gamma(shape_k, scale=1.0, sample_shape=(), *, generator=None)
     k = _param(shape_k, "shape_k", func, positive=True)
     scale = _param(scale, "scale", func, positive=True)
     shape, dtype, device = _setup(func, sample_shape, generator, shape_k=k, scale=scale)
-    g = torch._standard_gamma(k.expand(shape), generator=generator)
-    return scale / g
+    # PyTorch's gamma sampler has no half-precision kernel: draw in float32, round once
+    work = _work_dtype(dtype)
+    g = torch._standard_gamma(k.to(work).expand(shape), generator=generator)
+    return scale / g.to(dtype)
 
 
 # ------------------------------------------------------------------------------------------------
