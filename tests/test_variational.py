@@ -396,3 +396,26 @@ def test_cycloid_near_vertical_start_meets_its_end():
     x = torch.tensor([0.0, 5e-7, 1e-6], **f64)
     y = cycloid(x, 1e-6, -1.0)
     assert y[0] == 0 and abs(float(y[-1]) + 1) < 1e-9 and bool((y[1:] < 0).all())
+
+
+# ------------------------------------------------------------------------------------------------
+# Third-edition review (issue 22)
+# ------------------------------------------------------------------------------------------------
+W = torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
+
+
+@pytest.mark.parametrize("f, value", [
+    # constant paths whose graph does not reach x: torch raised "appears to not have been used
+    # in the graph" from inside el_residual
+    (lambda x: torch.full_like(x, 2.0, requires_grad=True), 2.0),
+    (lambda x: W * torch.ones_like(x), 3.0),
+])
+def test_residual_of_a_constant_path_that_requires_grad(f, value):
+    # F = f'^2 + f^2 on a constant path: f' = f'' = 0, residual 2 f
+    torch.testing.assert_close(el_residual(quad, f, X), torch.full_like(X, 2 * value))
+
+
+def test_residual_rejects_a_varying_path_whose_graph_misses_x():
+    f = lambda x: W * torch.from_numpy(np.sin(x.detach().numpy()))  # noqa: E731
+    with pytest.raises(ValueError, match="el_residual: argument 'f' is not differentiable"):
+        el_residual(quad, f, X)

@@ -183,7 +183,12 @@ def el_residual(F: Callable, f: Callable, x: torch.Tensor) -> torch.Tensor:
         if not y.is_floating_point():
             raise TypeError(f"{func}: argument 'f' must return a floating tensor, got {y.dtype}")
         _check_finite_values(y, "f", "f(x)", x, func)
-        if not y.requires_grad:
+        # f acts elementwise, so the gradient of sum(f) is the vector of f′(x_i). A graph that
+        # does not reach x (a constant built from a tensor that requires grad, e.g. a
+        # parameter) gives None with allow_unused, where torch would otherwise raise.
+        yp = (torch.autograd.grad(y.sum(), xg, create_graph=True, allow_unused=True)[0]
+              if y.requires_grad else None)
+        if yp is None:
             # No graph back to x: a constant path (f′ = f″ = 0) -- or a path computed outside
             # autograd (NumPy, .detach()), whose derivatives we cannot take. Tell them apart.
             if y.numel() and not bool((y == y.reshape(-1)[0]).all()):
@@ -192,14 +197,11 @@ def el_residual(F: Callable, f: Callable, x: torch.Tensor) -> torch.Tensor:
                                  "NumPy, math or .detach()?); write it with torch operations")
             yp = torch.zeros_like(y)
             ypp = torch.zeros_like(y)
-        else:
-            # f acts elementwise, so the gradient of sum(f) is the vector of f′(x_i).
-            (yp,) = torch.autograd.grad(y.sum(), xg, create_graph=True)
-            if yp.requires_grad:
-                (ypp,) = torch.autograd.grad(yp.sum(), xg, allow_unused=True)
-                ypp = torch.zeros_like(y) if ypp is None else ypp
-            else:  # f linear: f″ = 0
-                ypp = torch.zeros_like(y)
+        elif yp.requires_grad:
+            (ypp,) = torch.autograd.grad(yp.sum(), xg, allow_unused=True)
+            ypp = torch.zeros_like(y) if ypp is None else ypp
+        else:  # f linear: f″ = 0
+            ypp = torch.zeros_like(y)
         # Independent copies: partial derivatives of F hold the other two arguments fixed.
         X = x.detach().clone().requires_grad_(True)
         Y = y.detach().clone().requires_grad_(True)
