@@ -634,3 +634,34 @@ def test_mass_bins_never_split_ties_and_empty_only_when_values_run_out(seed):
     if distinct == n:  # no ties: numpy.array_split's sizes
         sizes = [len(a) for a in np.array_split(np.arange(n), n_bins)]
         assert b.count.tolist() == sizes
+
+
+def test_odin_runs_the_model_in_eval_mode_and_restores_its_mode():
+    # The review: odin_score left a model in training mode as it came, so dropout made the
+    # score random. Now: eval mode inside, every submodule's own mode restored afterwards.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Dropout(0.5),
+                                torch.nn.Linear(16, 4), torch.nn.BatchNorm1d(4)).double()
+    x = torch.randn(32, 3, generator=torch.Generator().manual_seed(2), **f64)
+    model.eval()
+    expected = odin_score(model, x, temperature=10.0, epsilon=0.01)
+    assert not model.training
+    model.train()
+    model[4].eval()  # a submodule already in eval mode stays so
+    running = model[4].running_mean.clone()
+    a = odin_score(model, x, temperature=10.0, epsilon=0.01)
+    b = odin_score(model, x, temperature=10.0, epsilon=0.01)
+    assert torch.equal(a, b) and torch.allclose(a, expected, rtol=0, atol=1e-14)
+    assert model.training and model[2].training and not model[4].training
+    assert torch.equal(model[4].running_mean, running)  # batch norm statistics untouched
+    # and the mode is restored when the model raises
+    model.train()
+
+    class Broken(torch.nn.Module):
+        def forward(self, v):
+            raise RuntimeError("boom")
+
+    broken = Broken()
+    with pytest.raises(RuntimeError, match="boom"):
+        odin_score(broken, x)
+    assert broken.training

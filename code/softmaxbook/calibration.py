@@ -631,7 +631,8 @@ def odin_score(model: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, *
     ----------
     model : callable
         ``model(x)`` returns logits ``(N, K)``; differentiable in ``x``. Its parameters get no
-        gradient (they are not touched).
+        gradient (they are not touched). A ``torch.nn.Module`` is run in eval mode (dropout
+        off, batch norm on running statistics) and left in the mode it came in.
     x : Tensor (N, ...)
         Inputs.
     temperature : float > 0, default 1000 (Liang et al.)
@@ -649,17 +650,28 @@ def odin_score(model: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, *
     check_finite(x, "x", func)
     t = check_positive_number(temperature, "temperature", func)
     eps = check_positive_number(epsilon, "epsilon", func, allow_zero=True)
-    with torch.enable_grad():
-        xg = x.detach().clone().requires_grad_(True)
-        logits = model(xg)
-        _check_logits(logits, func, "model(x)")
-        logp = torch.log_softmax(logits / t, 1)
-        top = logp.max(1).values
-        (grad,) = torch.autograd.grad(top.sum(), xg)
-    with torch.no_grad():
-        # x - eps * sign(-grad log S) = x + eps * sign(grad log S)
-        x_pert = x.detach() + eps * grad.sign()
-        return torch.softmax(model(x_pert) / t, 1).max(1).values
+    # A score is a prediction: dropout off, batch norm on its running statistics. In training
+    # mode dropout made the score random and the gradient that of another network. The mode of
+    # every submodule is restored afterwards, as it was (some may have been in eval already).
+    modes = ([(m, m.training) for m in model.modules()]
+             if isinstance(model, torch.nn.Module) else [])
+    if modes:
+        model.eval()
+    try:
+        with torch.enable_grad():
+            xg = x.detach().clone().requires_grad_(True)
+            logits = model(xg)
+            _check_logits(logits, func, "model(x)")
+            logp = torch.log_softmax(logits / t, 1)
+            top = logp.max(1).values
+            (grad,) = torch.autograd.grad(top.sum(), xg)
+        with torch.no_grad():
+            # x - eps * sign(-grad log S) = x + eps * sign(grad log S)
+            x_pert = x.detach() + eps * grad.sign()
+            return torch.softmax(model(x_pert) / t, 1).max(1).values
+    finally:
+        for m, mode in modes:
+            m.training = mode
 
 
 def _curve(scores_pos: torch.Tensor, scores_neg: torch.Tensor):
