@@ -300,7 +300,7 @@ def test_minimize_non_elementwise_lagrangian():
      ValueError, "argument 'x' must be 1-d with at least 2 points"),
     (lambda: cycloid(torch.tensor([4.0]), math.pi, -2.0), ValueError,
      r"cycloid: argument 'x' must lie in \[0, b\]"),
-    (lambda: cycloid_time(math.pi, 1.0), ValueError, "argument 'fb' must be < 0"),
+    (lambda: cycloid_time(math.pi, 1.0), ValueError, "argument 'fb' must be <= 0"),
     (lambda: cycloid_time(-1.0, -1.0), ValueError, "argument 'b' must be > 0"),
     (lambda: cycloid_time(1.0, -1.0, g=0.0), ValueError, "argument 'g' must be > 0"),
 ])
@@ -419,3 +419,24 @@ def test_residual_rejects_a_varying_path_whose_graph_misses_x():
     f = lambda x: W * torch.from_numpy(np.sin(x.detach().numpy()))  # noqa: E731
     with pytest.raises(ValueError, match="el_residual: argument 'f' is not differentiable"):
         el_residual(quad, f, X)
+
+
+def test_cycloid_to_an_end_at_the_starting_height_is_the_whole_arch():
+    # fb = 0 used to be rejected; the brachistochrone to (b, 0) is the whole arch, r = b / 2 pi
+    b = math.pi
+    x = torch.linspace(0.0, b, 9, **f64)
+    y = cycloid(x, b, 0.0)
+    assert y[0] == 0 and abs(float(y[-1])) < 1e-15
+    torch.testing.assert_close(y, y.flip(0), rtol=0, atol=1e-15)  # symmetric about b / 2
+    assert abs(float(y[4]) + 1.0) < 1e-15  # lowest point -2r = -1 at the middle
+    assert abs(cycloid_time(b, 0.0) - 2 * math.pi * math.sqrt(0.5 / G)) < 1e-15
+    # the Euler-Lagrange residual vanishes on both halves
+    xi = torch.linspace(0.05, b - 0.05, 20, **f64)
+    assert el_residual(brach, lambda t: cycloid(t, b, 0.0), xi).abs().max() < 1e-10
+    # the numerical minimiser (both ends singular: graded at both) approaches it at order 2
+    errs = []
+    for n in (16, 32, 64):
+        res = minimize_functional(brach, 0.0, b, 0.0, 0.0, n=n, init=lambda t: -torch.sin(t))
+        assert res.converged
+        errs.append(float(res.value) - cycloid_time(b, 0.0))
+    assert min(errs) > 0 and all(1.9 < p < 2.1 for p in order(errs)), order(errs)

@@ -584,6 +584,9 @@ def _t_minus_sin(t):
 
 def _cycloid_params(b: float, fb: float) -> tuple[float, float]:
     """(r, θ_b) of the cycloid x = r(θ − sin θ), f = −r(1 − cos θ) through (b, fb)."""
+    if fb == 0:
+        # the end at the start's height: the whole arch, θ_b = 2π and b = 2π r
+        return b / (2 * math.pi), 2 * math.pi
     # (θ − sin θ)/(1 − cos θ) increases from 0 to +inf on (0, 2π): bisection for θ_b.
     ratio = b / -fb
     lo, hi = 1e-12, 2 * math.pi - 1e-12
@@ -602,9 +605,9 @@ def _check_end(b, fb, func: str) -> tuple[float, float]:
     fb = _check_real(fb, "fb", func)
     if not b > 0:
         raise ValueError(f"{func}: argument 'b' must be > 0 (the path starts at x = 0), got {b}")
-    if not fb < 0:
-        raise ValueError(f"{func}: argument 'fb' must be < 0 (the end lies below the start), "
-                         f"got {fb}")
+    if not fb <= 0:
+        raise ValueError(f"{func}: argument 'fb' must be <= 0 (the end cannot lie above the "
+                         f"start: the bead starts at rest), got {fb}")
     return b, fb
 
 
@@ -623,13 +626,15 @@ def cycloid(x: torch.Tensor, b, fb) -> torch.Tensor:
     x : Tensor, any shape
         Points in [0, b] (floating dtype).
     b, fb : float
-        The end point: b > 0, fb < 0. The curve passes below the end point's height when
-        b / (−fb) > π / 2.
+        The end point: b > 0, fb ≤ 0. The curve passes below the end point's height when
+        b / (−fb) > π / 2. For fb = 0 it is the whole arch (θ_b = 2π): the bead slides down
+        and climbs back to its starting height, arriving at rest with a vertical slope.
 
     Returns
     -------
     Tensor, shape of ``x``
-        f(x) on the cycloid, differentiable in ``x`` (f′ is infinite at x = 0).
+        f(x) on the cycloid, differentiable in ``x`` (f′ is infinite at x = 0, and at x = b
+        when fb = 0).
     """
     func = "cycloid"
     b, fb = _check_end(b, fb, func)
@@ -638,6 +643,11 @@ def cycloid(x: torch.Tensor, b, fb) -> torch.Tensor:
     if bool(((x < 0) | (x > b)).any()):
         raise ValueError(f"{func}: argument 'x' must lie in [0, b] = [0, {b}]")
     r, theta_b = _cycloid_params(b, fb)
+    if fb == 0:
+        # The whole arch is symmetric about x = b/2: evaluate the first half at min(x, b − x).
+        # (Near θ = 2π Newton's step for θ − sin θ = u divides by 1 − cos θ ≈ 0.)
+        x = torch.minimum(x, b - x)
+        theta_b = math.pi
     u = x / r
     with torch.no_grad():
         lo = torch.zeros_like(u)
@@ -665,7 +675,7 @@ def cycloid_time(b, fb, g: float = 9.81) -> float:
     Parameters
     ----------
     b, fb : float
-        The end point: b > 0, fb < 0.
+        The end point: b > 0, fb ≤ 0 (fb = 0: the whole arch, time 2π sqrt(r / g)).
     g : float
         Gravitational acceleration (> 0).
 
