@@ -722,6 +722,55 @@ def test_softplus_and_log_sigmoid_exact_at_extreme_inputs(dtype):
                     (f.__name__, v, g, want)
 
 
+@pytest.mark.parametrize("dtype, lo, hi", [(torch.float32, -103.97, -88.73),
+                                            (torch.float64, -745.13, -709.79),
+                                            (torch.bfloat16, -92.5, -89.0)])
+def test_sigmoid_keeps_its_subnormal_values(dtype, lo, hi):
+    # torch.sigmoid on the CPU computes 1/(1+exp(-x)): exp(-x) overflows from x = -88.72 in
+    # float32 and it returns 0 down to -103.97, where sigmoid(x) ~ e^x is a positive subnormal
+    # (review of the third edition, the -104 / -88.7 finding). Ours: the float64 (mpmath for
+    # float64) value, rounded to the dtype.
+    x = torch.linspace(lo, hi, 2001, dtype=torch.float64).to(dtype)
+    if dtype == torch.float64:
+        with mpmath.workdps(30):
+            want = torch.tensor([float(mpmath.exp(v) / (1 + mpmath.exp(v))) for v in x.tolist()],
+                                dtype=torch.float64)
+    else:
+        xd = x.double()
+        want = (torch.exp(xd) / (1 + torch.exp(xd))).to(dtype)
+    assert (torch.sigmoid(x) == 0).any()          # the shortfall being fixed
+    got = sigmoid(x)
+    assert (got > 0).all()
+    tiny = torch.finfo(dtype).tiny
+    # a subnormal result carries an absolute error of at most a few of its smallest steps
+    assert ((got.double() - want.double()).abs()
+            <= 4 * torch.finfo(dtype).eps * want.double() + 2 * tiny * torch.finfo(dtype).eps
+            ).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_sigmoid_edges_and_gradient(dtype):
+    x = torch.tensor([-INF, -1e4, -20.0, -1.0, 0.0, 1.0, 20.0, 1e4, INF], dtype=dtype)
+    got = sigmoid(x)
+    assert got.dtype == dtype
+    assert got[0] == 0 and got[-1] == 1 and got[4] == 0.5
+    want = torch.sigmoid(x.double()).to(dtype).double()  # exact, rounded to the dtype
+    assert torch.allclose(got.double(), want, rtol=8e-3, atol=0)
+    assert sigmoid(torch.empty(0, 3, dtype=dtype)).shape == (0, 3)
+    if dtype == torch.float64:
+        d = torch.tensor([-800.0, -30.0, -1e-300, 0.0, 1e-300, 30.0, 800.0],
+                         dtype=dtype, requires_grad=True)
+        (g,) = torch.autograd.grad(sigmoid(d).sum(), d)
+        want = torch.sigmoid(d.detach()) * torch.sigmoid(-d.detach())
+        assert torch.allclose(g, want, rtol=1e-12, atol=0) and g[3] == 0.25
+        r = torch.randn(10, dtype=dtype, generator=gen(5), requires_grad=True)
+        assert torch.autograd.gradcheck(sigmoid, (r,))
+        assert torch.autograd.gradgradcheck(sigmoid, (r,))
+        xi = torch.tensor([-INF, INF], dtype=dtype, requires_grad=True)
+        (gi,) = torch.autograd.grad(sigmoid(xi).sum(), xi)
+        assert torch.equal(gi, torch.zeros(2, dtype=dtype))
+
+
 def test_softplus_beats_the_naive_formulas():
     x = torch.tensor([-200.0, -40.0, 100.0, 200.0])  # float32
     # exp(-200) underflows in float32 (the exact softplus rounds to 0 there too)

@@ -794,9 +794,17 @@ def sigmoid(x: torch.Tensor) -> torch.Tensor:
     func = "sigmoid"
     x = as_float_tensor(x, "x", func, allow_empty=True)
     check_no_nan(x, "x", func)
-    # torch.sigmoid evaluates 1/(1+exp(-x)) for x >= 0 and exp(x)/(1+exp(x)) for x < 0, so
-    # neither branch overflows; float16/bfloat16 are computed in float32 internally.
-    return torch.sigmoid(x)
+    # 1/(1+exp(-x)) for x >= 0 and exp(x)/(1+exp(x)) for x < 0: neither exp sees a positive
+    # argument. (torch.sigmoid on the CPU evaluates 1/(1+exp(-x)) everywhere: exp(-x) overflows
+    # from x = -88.72 in float32 (-709.78 in float64) and it returns 0 there, although sigmoid(x)
+    # ~ e^x is a positive subnormal down to x = -103.97 (-745.13).) Each branch is fed only the
+    # inputs it is used for (the "double where"), so that the branch not taken neither overflows
+    # nor puts 0 * inf = NaN into the gradient; float16/bfloat16 are computed in float32.
+    w = _to_working(x)
+    neg = w < 0
+    e = torch.exp(torch.where(neg, w, 0.0))
+    out = torch.where(neg, e / (1 + e), 1 / (1 + torch.exp(-torch.where(neg, 0.0, w))))
+    return out.to(x.dtype)
 
 
 def logit(p: torch.Tensor) -> torch.Tensor:
@@ -913,9 +921,10 @@ def log_sigmoid(x: torch.Tensor) -> torch.Tensor:
 
     Notes
     -----
-    ``log(sigmoid(x))`` computed as written loses everything at both ends: in float32
-    ``sigmoid(-104)`` underflows to 0 (log gives ``-inf`` instead of about ``-104``), and for a
-    large positive ``x`` ``sigmoid(x)`` rounds to 1 (log gives 0 instead of ``-exp(-x)``).
+    ``log(1 / (1 + exp(-x)))`` computed as written loses everything at both ends: in float32
+    ``exp(-x)`` overflows from ``x = -88.72`` (log gives ``-inf`` instead of about ``x``; even
+    the exact ``sigmoid(x)``, a subnormal there, underflows to 0 below ``x = -103.97``), and for
+    a large positive ``x`` ``sigmoid(x)`` rounds to 1 (log gives 0 instead of ``-exp(-x)``).
     ``-softplus(-x)`` keeps both.
     """
     func = "log_sigmoid"
