@@ -349,7 +349,7 @@ def test_ood_metrics_fpr95_by_hand_and_convention():
     mo = ood_metrics(si, so, positive="out")
     # OOD positive: 95 % of 10 OOD -> all 10 must be flagged (score <= 9.5): in flagged 1..9
     assert mo["fpr_at_95_tpr"] == pytest.approx(9 / 20)
-    assert mo["auroc"] == m["auroc"]
+    assert mo["auroc"] == pytest.approx(m["auroc"], abs=1e-12)  # two curves, one area
     # detection accuracy: best threshold 10 -> in accepted 11/20, OOD rejected 10/10
     assert m["detection_accuracy"] == pytest.approx(1 - 0.5 * (9 / 20) - 0.0)
 
@@ -665,3 +665,38 @@ def test_odin_runs_the_model_in_eval_mode_and_restores_its_mode():
     with pytest.raises(RuntimeError, match="boom"):
         odin_score(broken, x)
     assert broken.training
+
+
+@pytest.mark.parametrize("decimals", [None, 1])
+def test_ood_metrics_auroc_out_positive_is_computed_from_its_own_curve(decimals):
+    # The review: ood_metrics returned the in-positive AUROC whatever `positive` was, so the
+    # chapter's assert near_out["auroc"] == near["auroc"] compared a number with itself.
+    g = torch.Generator().manual_seed(8)
+    si = torch.randn(700, generator=g, **f64) + 0.8
+    so = torch.randn(400, generator=g, **f64)
+    if decimals is not None:
+        si, so = si.round(decimals=decimals), so.round(decimals=decimals)
+    m_in, m_out = ood_metrics(si, so), ood_metrics(si, so, positive="out")
+    lab = np.r_[np.zeros(700), np.ones(400)]  # OOD positive, scored by -s
+    s = np.r_[si.numpy(), so.numpy()]
+    assert m_out["auroc"] == pytest.approx(roc_auc_score(lab, -s), abs=1e-12)
+    assert m_out["auroc"] == pytest.approx(m_in["auroc"], abs=1e-12)
+
+
+def test_ood_metrics_positive_out_auroc_depends_on_the_out_curve(monkeypatch):
+    # with the out-positive curve broken, the out-positive AUROC must change (it did not)
+    import softmaxbook.calibration as cal
+
+    si = torch.arange(1, 21, **f64)
+    so = torch.arange(10, **f64) + 0.5
+    honest = cal._metrics_one_way
+
+    def broken(pos, neg):
+        m = honest(pos, neg)
+        if bool((pos <= 0).all()):  # the out-positive call gets the negated OOD scores
+            m["auroc"] = 0.123
+        return m
+
+    monkeypatch.setattr(cal, "_metrics_one_way", broken)
+    assert cal.ood_metrics(si, so, positive="out")["auroc"] == 0.123
+    assert cal.ood_metrics(si, so)["auroc"] != 0.123

@@ -716,8 +716,9 @@ def ood_metrics(scores_in: torch.Tensor, scores_out: torch.Tensor, *,
 
     Returns a dict of Python floats:
 
-    * ``auroc``: area under the ROC curve, ``P(s_in > s_out) + P(s_in = s_out) / 2``; the same
-      whichever class is positive. Equals ``sklearn.metrics.roc_auc_score``.
+    * ``auroc``: area under the ROC curve, ``P(s_in > s_out) + P(s_in = s_out) / 2``, computed
+      from the ROC curve of the chosen positive class; the same (to rounding, ~1e-16) whichever
+      class is positive. Equals ``sklearn.metrics.roc_auc_score``.
     * ``aupr_in``: average precision with in-distribution positive (scores as given);
       ``aupr_out``: with out-of-distribution positive (scores negated). Both equal
       ``sklearn.metrics.average_precision_score`` (the step sum ``sum_n (R_n - R_{n-1}) P_n``,
@@ -743,7 +744,10 @@ def ood_metrics(scores_in: torch.Tensor, scores_out: torch.Tensor, *,
     m_in = _metrics_one_way(s_in, s_out)
     m_out = _metrics_one_way(-s_out, -s_in)
     chosen = m_in if positive == "in" else m_out
-    return dict(auroc=m_in["auroc"], aupr_in=m_in["aupr"], aupr_out=m_out["aupr"],
+    # the AUROC of the chosen positive class, computed from its own ROC curve: the two agree
+    # (to rounding) because P(s_in > s_out) + P(tie)/2 is symmetric, and comparing them
+    # checks the curve code (returning m_in's whatever `positive` made that comparison empty)
+    return dict(auroc=chosen["auroc"], aupr_in=m_in["aupr"], aupr_out=m_out["aupr"],
                 fpr_at_95_tpr=chosen["fpr_at_95_tpr"],
                 detection_accuracy=chosen["detection_accuracy"])
 
