@@ -440,3 +440,16 @@ def test_cycloid_to_an_end_at_the_starting_height_is_the_whole_arch():
         assert res.converged
         errs.append(float(res.value) - cycloid_time(b, 0.0))
     assert min(errs) > 0 and all(1.9 < p < 2.1 for p in order(errs)), order(errs)
+
+
+def test_minimize_says_which_test_stopped_it_and_warns_when_not_converged():
+    # converged=False used to come back silently
+    with pytest.warns(RuntimeWarning, match=r"minimize_functional: L-BFGS did not converge "
+                                            r"\('max_iter' after 3 iterations"):
+        res = minimize_functional(quad, 0.0, 1.0, 0.0, 1.0, n=32, max_iter=3)
+    assert not res.converged and res.stop == "max_iter"
+    res = minimize_functional(quad, 0.0, 1.0, 0.0, 1.0, n=32)
+    assert res.converged and res.stop in ("gradient", "decrease")
+    # the straight line from a straight start: the gradient test at iteration 0
+    res = minimize_functional(arc, 0.0, 1.0, 0.0, 1.0, n=8)
+    assert res.converged and res.stop == "gradient" and res.iterations == 0

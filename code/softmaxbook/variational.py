@@ -51,6 +51,7 @@ References
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Real
 from typing import Callable, NamedTuple
 
@@ -334,8 +335,13 @@ class FunctionalMinimum(NamedTuple):
     value: torch.Tensor
     #: number of L-BFGS iterations taken
     iterations: int
-    #: True when the stopping test was met before ``max_iter``
+    #: True when a stopping test was met before ``max_iter``
     converged: bool
+    #: which test stopped L-BFGS: ``"gradient"`` (max-norm of the preconditioned gradient
+    #: ≤ gtol), ``"decrease"`` (three steps in a row each lowered J by at most ftol·max(1, |J|)),
+    #: ``"max_iter"`` or ``"line search"`` (no step along the search direction lowered J: the
+    #: last two are not converged)
+    stop: str
 
 
 def _grid(a: float, b: float, n: int, singular: str, dtype, device) -> torch.Tensor:
@@ -375,6 +381,8 @@ def _preconditioner(x: torch.Tensor) -> torch.Tensor:
 def _lbfgs(fun, c0, *, max_iter: int, history: int, gtol: float, ftol: float):
     """Minimise fun(c) -> (value, gradient) by L-BFGS with a backtracking Armijo line search.
 
+    Returns (c, value, iterations, stop), stop naming the test that ended it (FunctionalMinimum).
+
     Nocedal & Wright (2006), alg. 7.4 (two-loop recursion) and alg. 3.1. A trial point where
     the value or gradient is not finite (a path outside F's domain) counts as "too far": the
     step is halved, as for a failed Armijo test.
@@ -385,7 +393,7 @@ def _lbfgs(fun, c0, *, max_iter: int, history: int, gtol: float, ftol: float):
     small = 0
     for it in range(1, max_iter + 1):
         if float(g.abs().max()) <= gtol:
-            return c, f, it - 1, True
+            return c, f, it - 1, "gradient"
         q = g.clone()
         alphas = []
         for s, yv, rho in zip(reversed(S), reversed(Y), reversed(R)):
@@ -412,7 +420,7 @@ def _lbfgs(fun, c0, *, max_iter: int, history: int, gtol: float, ftol: float):
                 break
             step *= 0.5
             if step < 1e-30:
-                return c, f, it, False
+                return c, f, it, "line search"
         s, yv = c_new - c, g_new - g
         sy = torch.dot(s, yv)
         if sy > 1e-300:  # keep the curvature pairs that make the inverse Hessian positive
@@ -426,8 +434,8 @@ def _lbfgs(fun, c0, *, max_iter: int, history: int, gtol: float, ftol: float):
         # stop after a few steps in a row that no longer change J (rounding level)
         small = small + 1 if decrease <= ftol * max(1.0, abs(float(f))) else 0
         if small >= 3:
-            return c, f, it, True
-    return c, f, max_iter, False
+            return c, f, it, "decrease"
+    return c, f, max_iter, "max_iter"
 
 
 def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str = "auto",
@@ -472,7 +480,9 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
     Returns
     -------
     FunctionalMinimum
-        ``(x, f, value, iterations, converged)``: grid (n + 1,), path values (n + 1,), J (0-d).
+        ``(x, f, value, iterations, converged, stop)``: grid (n + 1,), path values (n + 1,),
+        J (0-d), and which stopping test ended L-BFGS. When it did not converge (``max_iter``
+        reached, or the line search failed) a ``RuntimeWarning`` says so.
 
     Raises
     ------
@@ -554,9 +564,16 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
         return J.detach(), grad
 
     c0 = torch.zeros(n - 1, dtype=dtype)
-    c, J, iters, ok = _lbfgs(fun, c0, max_iter=max_iter, history=history, gtol=gtol, ftol=ftol)
+    c, J, iters, stop = _lbfgs(fun, c0, max_iter=max_iter, history=history, gtol=gtol,
+                               ftol=ftol)
+    converged = stop in ("gradient", "decrease")
+    if not converged:
+        # not silently: the path returned is wherever L-BFGS was when it gave up
+        warnings.warn(f"{func}: L-BFGS did not converge ({stop!r} after {iters} iterations, "
+                      f"n = {n}); the path returned is not a minimiser to the tolerances asked "
+                      "for (raise max_iter, or loosen gtol/ftol)", RuntimeWarning, stacklevel=2)
     y = torch.cat([y0[:1], base + P @ c, y0[-1:]]).detach()
-    return FunctionalMinimum(x, y, J.detach(), iters, ok)
+    return FunctionalMinimum(x, y, J.detach(), iters, converged, stop)
 
 
 # ------------------------------------------------------------------------------------------------
