@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import mpmath
 import numpy as np
 import pytest
 import torch
@@ -436,6 +437,66 @@ def test_gaussian_kl_tiny_difference_does_not_cancel():
     assert kl.item() == pytest.approx(d**2 / 4, rel=1e-6)
 
 
+@pytest.mark.parametrize("d", [1e-300, 1e-16, -1e-14, 1e-14, 1e-12, -1e-9, 1e-9, 1e-6, 0.05,
+                               -0.1001, 0.4999, -0.4999, 0.5001, -0.5001, 1.0, -5.0, 30.0])
+def test_gaussian_kl_log_variance_term_to_a_few_ulp(d):
+    # Review 6: expm1(d) - d still cancels (relative error 1.5e-7 at d = 1e-9, 1 % at 1e-14, all
+    # digits at 1e-16); the KL of N(0, e^d) to N(0, 1) is (e^d - 1 - d) / 2, checked against
+    # 50-digit mpmath in float64 and float32
+    with mpmath.workdps(50):
+        exact = float((mpmath.expm1(mpmath.mpf(d)) - mpmath.mpf(d)) / 2)
+    kl = gaussian_kl(torch.zeros(1, **F64), torch.tensor([d], **F64)).item()
+    assert abs(kl - exact) <= 4 * 2.0**-52 * exact
+    d32 = float(torch.tensor(d, dtype=torch.float32))  # the float32 input, exactly
+    with mpmath.workdps(50):
+        exact32 = float((mpmath.expm1(mpmath.mpf(d32)) - mpmath.mpf(d32)) / 2)
+    kl32 = gaussian_kl(torch.zeros(1), torch.tensor([d32])).item()
+    assert abs(kl32 - exact32) <= 4 * 2.0**-23 * exact32 + 1e-45
+
+
+@pytest.mark.parametrize("dtype, logvar", [(torch.float32, -100.0), (torch.float32, -300.0),
+                                           (torch.float64, -1500.0), (torch.float16, -30.0),
+                                           (torch.bfloat16, -100.0)])
+def test_gaussian_kl_identical_narrow_gaussians_is_zero(dtype, logvar):
+    # Review 6: identical N(0.3, e^-100) in float32 gave NaN (mean term 0 * exp(100) = 0 * inf);
+    # torch.distributions gives 0
+    mu = torch.full((2,), 0.3, dtype=dtype, requires_grad=True)
+    lv = torch.full((2,), logvar, dtype=dtype, requires_grad=True)
+    kl = gaussian_kl(mu, lv, mu, lv)
+    assert kl.dtype == dtype and kl.item() == 0.0
+    kl.backward()
+    assert torch.isfinite(mu.grad).all() and torch.isfinite(lv.grad).all()
+    if dtype == torch.float32 and logvar == -100.0:
+        assert torch_kl(mu.detach(), lv.detach(), mu.detach(), lv.detach()).item() == 0.0
+
+
+def test_gaussian_kl_tiny_mean_difference_over_tiny_variance():
+    # (1e-30)^2 underflows float32, e^100 overflows it; the KL 0.5 e^100 1e-60 = 1.3e-17 is fine
+    kl = gaussian_kl(torch.tensor([1e-30]), torch.tensor([-100.0]), torch.zeros(1),
+                     torch.tensor([-100.0]))
+    exact = 0.5 * float(torch.tensor(1e-30).double()) ** 2 * math.exp(100)
+    assert kl.item() == pytest.approx(exact, rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_gaussian_kl_half_precision(dtype):
+    # computed in float32 and rounded once: within a few half-precision ulp of float64
+    g = gen(23)
+    mq, lq, mp, lp = (2 * torch.randn(50, 3, generator=g) for _ in range(4))
+    args = [t.to(dtype) for t in (mq, lq, mp, lp)]
+    got = gaussian_kl(*args)
+    assert got.dtype == dtype and torch.isfinite(got).all()
+    # the inputs' own rounding (2^-8 relative for bfloat16) moves a KL of size K by ~ K * 2^-8
+    # times the logvar's size: compare with the float64 KL of the rounded inputs
+    ref = gaussian_kl(*(t.double() for t in args))
+    assert torch.allclose(got.double(), ref, rtol=4 * torch.finfo(dtype).eps, atol=0)
+
+
+def test_gaussian_kl_empty_batch():
+    assert gaussian_kl(torch.zeros(0, 2), torch.zeros(0, 2)).shape == (0,)
+    assert torch.equal(gaussian_kl(torch.zeros(3, 0), torch.zeros(3, 0)), torch.zeros(3))
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.floats(-50, 50), st.floats(-30, 30), st.floats(-50, 50), st.floats(-30, 30))
 def test_gaussian_kl_nonnegative_and_matches_torch(mq, lq, mp, lp):
@@ -524,6 +585,8 @@ def test_bad_kl_input():
         gaussian_kl(torch.zeros(2), torch.zeros(3))
     with pytest.raises(ValueError, match="0-d tensor"):
         gaussian_kl(torch.tensor(0.0), torch.tensor(0.0))
+    with pytest.raises(ValueError, match="argument 'logvar_p' contains an infinite value"):
+        gaussian_kl(torch.zeros(1), torch.zeros(1), torch.zeros(1), torch.tensor([-math.inf]))
     with pytest.raises(TypeError, match="argument 'mu_q' must be a torch.Tensor"):
         gaussian_kl([0.0], torch.zeros(1))
 
