@@ -31,9 +31,43 @@ def right_residual(f, x):
     return 2 * y - 2 * d2
 
 
-def test_residual_accepts_right_answer(capsys):
-    assert check("variational-residual", right_residual)
+def residual_by_func(f, x):
+    # torch.func: f'' as the grad of the grad of f at each scalar point
+    d2 = torch.func.vmap(torch.func.grad(torch.func.grad(f)))(x)
+    return 2 * f(x) - 2 * d2
+
+
+def residual_by_backward(f, x):
+    # .backward twice on a copy, reading .grad
+    t = x.clone().requires_grad_(True)
+    y = f(t)
+    (d1,) = torch.autograd.grad(y, t, torch.ones_like(y), create_graph=True)
+    d1.sum().backward()
+    return (2 * y - 2 * t.grad).detach()
+
+
+@pytest.mark.parametrize("answer", [right_residual, residual_by_func, residual_by_backward])
+def test_residual_accepts_right_answers(answer, capsys):
+    assert check("variational-residual", answer)
     assert "correct on 5 test cases" in capsys.readouterr().out
+
+
+def residual_on_callers_x(f, x):
+    # the review's leak: requires_grad_ on the caller's tensor ("do not change x")
+    x.requires_grad_(True)
+    y = f(x)
+    (d1,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    (d2,) = torch.autograd.grad(d1.sum(), x)
+    return (2 * y - 2 * d2).detach()
+
+
+def residual_backward_on_callers_x(f, x):
+    # the same, leaving a .grad on the caller's x
+    x.requires_grad_(True)
+    y = f(x)
+    (d1,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    d1.sum().backward()
+    return (2 * y - 2 * x.grad).detach()
 
 
 def finite_difference(f, x, h=1e-4):
@@ -59,6 +93,16 @@ def finite_difference(f, x, h=1e-4):
     # the library's el_residual: forbidden
     (lambda f, x: el_residual(lambda t, y, p: p ** 2 + y ** 2, f, x),
      "calls softmaxbook.variational.el_residual"),
+    # x.requires_grad_(True) on the caller's tensor
+    (residual_on_callers_x, r"for input f = sinh\(x\).*changed x: it now requires grad"),
+    (residual_backward_on_callers_x, r"changed x: it now requires grad and holds a \.grad"),
+    # the d/dx term forgotten: 2f
+    (lambda f, x: 2 * derivatives(f, x)[0], r"for input f = sinh\(x\)"),
+    # only the d/dx term: -2f''
+    (lambda f, x: -2 * derivatives(f, x)[2], r"for input f = sinh\(x\)"),
+    # f'' by autograd, but of the wrong function (f' differentiated once only, then doubled)
+    (lambda f, x: 2 * derivatives(f, x)[0] - 4 * derivatives(f, x)[1],
+     r"for input f = sinh\(x\)"),
     (lambda f, x: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
@@ -167,9 +211,36 @@ def right_beltrami(F, f, x):
     return val - p * dF_dp
 
 
-def test_beltrami_accepts_right_answer(capsys):
-    assert check("variational-beltrami", right_beltrami)
+def beltrami_by_backward(F, f, x):
+    # f' from .backward on a copy; dF/df' from .backward on a leaf copy of f'
+    t = x.clone().requires_grad_(True)
+    f(t).sum().backward()
+    p = t.grad.clone().requires_grad_(True)
+    value = F(x.clone(), f(x.clone()).detach(), p)
+    value.sum().backward()
+    return (value - p * p.grad).detach()
+
+
+@pytest.mark.parametrize("answer", [right_beltrami, beltrami_by_backward])
+def test_beltrami_accepts_right_answers(answer, capsys):
+    assert check("variational-beltrami", answer)
     assert "correct on 5 test cases" in capsys.readouterr().out
+
+
+def beltrami_on_callers_x(F, f, x):
+    # the review's leak: requires_grad_ on the caller's tensor ("do not change x")
+    x.requires_grad_(True)
+    return right_beltrami(F, f, x)
+
+
+def beltrami_total_derivative(F, f, x):
+    # dF/dx along the path in place of the partial dF/df'
+    t = x.detach().clone().requires_grad_(True)
+    y = f(t)
+    (yp,) = torch.autograd.grad(y.sum(), t, create_graph=True)
+    val = F(t, y, yp)
+    (dF_dx,) = torch.autograd.grad(val.sum(), t)
+    return (val - yp * dF_dx).detach()
 
 
 def fd_slope_beltrami(F, f, x, h=6e-6):
@@ -198,6 +269,15 @@ CATENARY = r"for input F = f\*sqrt\(1 \+ fp\*\*2\) \(the catenary's\), f = cosh"
     (lambda F, f, x: right_beltrami(F, f, x).float(), "dtype torch.float32, not float64"),
     # f' by a finite difference: 1e-11 off, not 1e-13
     (fd_slope_beltrami, r"(?s)for input F = .*Hint: .*finite difference"),
+    # x.requires_grad_(True) on the caller's tensor
+    (beltrami_on_callers_x, "changed x: it now requires grad"),
+    # the total derivative dF/dx along the path for dF/df'
+    (beltrami_total_derivative, CATENARY),
+    # f'^2 for f'
+    (lambda F, f, x: (lambda v, p, Fp, Ff: v - p ** 2 * Fp)(*beltrami_parts(F, f, x)),
+     CATENARY),
+    # the second term alone: f' dF/df'
+    (lambda F, f, x: (lambda v, p, Fp, Ff: p * Fp)(*beltrami_parts(F, f, x)), CATENARY),
     (lambda F, f, x: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])

@@ -29,6 +29,12 @@ def _expect_float64_tensor(got, arg, x, desc: str) -> None:
                 f"{type(got).__name__}: {describe(got)}.")
     expect_true(torch.equal(arg, x), f"for input {desc} your function changed x.",
                 hint="work on x.detach().clone().requires_grad_(True), not on x itself.")
+    # requires_grad_ on the caller's tensor changes it too (not its values): every later
+    # operation on x then builds a graph, and x.grad may fill up behind the caller's back
+    expect_true(not arg.requires_grad and arg.grad is None,
+                f"for input {desc} your function changed x: it now requires grad"
+                f"{' and holds a .grad' if arg.grad is not None else ''}.",
+                hint="work on x.detach().clone().requires_grad_(True), not on x itself.")
     expect_true(got.dtype == torch.float64,
                 f"for input {desc} the result has dtype {got.dtype}, not float64: "
                 f"{describe(got)}.",
