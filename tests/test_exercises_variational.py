@@ -147,9 +147,55 @@ def right_maxent(energies, mean_energy):
     return torch.softmax(-solve_beta(energies, mean_energy) * energies, 0)
 
 
-def test_maxent_accepts_right_answer(capsys):
-    assert check("variational-maxent", right_maxent)
+def maxent_newton(energies, mean_energy):
+    # Newton's method on beta: d mean / d beta = -variance
+    beta = 0.0
+    for _ in range(100):
+        p = torch.softmax(-beta * energies, 0)
+        mean = (p * energies).sum()
+        var = (p * (energies - mean) ** 2).sum()
+        step = float((mean - mean_energy) / var)
+        beta = beta + max(-10.0, min(10.0, step))
+    return torch.softmax(-beta * energies, 0)
+
+
+def maxent_log_space(energies, mean_energy):
+    # bisection, weights from log_softmax of energies shifted by their mean
+    e = energies - energies.mean()
+    beta = solve_beta(energies, mean_energy)
+    return torch.log_softmax(-beta * e, 0).exp()
+
+
+@pytest.mark.parametrize("answer", [right_maxent, maxent_newton, maxent_log_space])
+def test_maxent_accepts_right_answers(answer, capsys):
+    assert check("variational-maxent", answer)
     assert "correct on 5 test cases" in capsys.readouterr().out
+
+
+def maxent_float32_inside(energies, mean_energy):
+    # the review's case: computed in float32, returned as float64 -- rejected before with a
+    # misleading "not a probability vector (sum 1)"
+    return right_maxent(energies.float(), mean_energy).double()
+
+
+def maxent_few_bisections(energies, mean_energy):
+    # 12 bisection steps on [-50, 50]: beta only to 0.02
+    lo, hi = -50.0, 50.0
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        if float((torch.softmax(-mid * energies, 0) * energies).sum()) > mean_energy:
+            lo = mid
+        else:
+            hi = mid
+    return torch.softmax(-(lo + hi) / 2 * energies, 0)
+
+
+def test_maxent_float32_message_names_the_dtype_not_the_sum():
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check("variational-maxent", maxent_float32_inside)
+    text = " ".join(str(err.value).split())
+    assert "sums to 1" in text or "sum to 1" in text
+    assert "float64" in text and "(sum 1)" not in text
 
 
 def naive_exp(energies, mean_energy):
@@ -184,6 +230,12 @@ def two_point(energies, mean_energy):
     (lambda e, m: right_maxent(e.float(), m),
      r"for input energies \[0, 1, 2, 3\], mean 1.5.* dtype torch.float32, not float64"),
     (lambda e, m: right_maxent(e, m)[None], "should be a tensor of shape"),
+    (maxent_float32_inside, r"(?s)for input energies \[0, 1, 2, 3\], mean 1.5.*probabilities "
+                            r"sum to 1 . .*float64 rounding"),
+    (maxent_few_bisections, r"mean 1.5.*mean energy"),
+    # weights not normalised
+    (lambda e, m: torch.exp(-solve_beta(e, m) * (e - e.min())),
+     r"mean 1.5.*not a probability vector: it sums to 1 \+"),
     (lambda e, m: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
