@@ -88,10 +88,60 @@ def values_via_log_likelihood(alpha, choices, rewards):
     return right_values(alpha, choices, rewards)
 
 
+def right_values_preallocated(alpha, choices, rewards):  # rows filled in place
+    T = len(choices)
+    V = torch.zeros(T, 2, dtype=D)
+    for t in range(T - 1):
+        V[t + 1] = V[t]
+        c = int(choices[t])
+        V[t + 1, c] = V[t, c] + alpha * (float(rewards[t]) - V[t, c])
+    return V
+
+
+def right_values_python(alpha, choices, rewards):  # Python floats, one tensor at the end
+    v0 = v1 = 0.0
+    rows = []
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        rows.append([v0, v1])
+        if c == 1:
+            v1 = (1 - alpha) * v1 + alpha * r
+        else:
+            v0 = (1 - alpha) * v0 + alpha * r
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def values_float32_then_double(alpha, choices, rewards):  # float64 dtype, float32 digits
+    return values_float32(alpha, choices, rewards).double()
+
+
+def values_no_clone(alpha, choices, rewards):  # every row is the same tensor, updated in place
+    V = torch.zeros(2, dtype=D)
+    out = []
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        out.append(V)
+        V[c] += alpha * (r - V[c])
+    return torch.stack(out)
+
+
+def values_transposed(alpha, choices, rewards):  # [2, T]
+    return right_values(alpha, choices, rewards).T
+
+
+def values_start_half(alpha, choices, rewards):  # starts from 0.5 instead of 0
+    V = torch.full((2,), 0.5, dtype=D)
+    out = []
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        out.append(V.clone())
+        V[c] += alpha * (r - V[c])
+    return torch.stack(out)
+
+
 def test_values_accepts_right_answer(capsys):
     assert check("choice-values", right_values)
+    assert check("choice-values", right_values_preallocated)
+    assert check("choice-values", right_values_python)
     printed = " ".join(capsys.readouterr().out.split())  # check() wraps its line
-    assert "correct on 6 test cases" in printed
+    assert "correct on 8 test cases" in printed
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -103,6 +153,12 @@ def test_values_accepts_right_answer(capsys):
     (values_alpha_swapped, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected values"),
     (values_from_package, r"calls softmaxbook.choice.rw_values.*forbids.*plain loop"),
     (values_via_log_likelihood, r"calls softmaxbook.choice.rw_values"),
+    (values_float32_then_double, r"alpha=0.3, beta=3.0, 40 trials your values agree with the "
+                                 r"expected ones to about 7 significant digits only \(largest "
+                                 r"difference .*float32 precision"),
+    (values_no_clone, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected values"),
+    (values_transposed, r"should have shape \(40, 2\), got \(2, 40\)"),
+    (values_start_half, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected values"),
     (lambda a, c, r: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
@@ -203,11 +259,101 @@ def grad_package(alpha, beta, choices, rewards):
                              choices[None], rewards[None])[0][0])
 
 
+def right_grad_separate(alpha, beta, choices, rewards):  # named variables, tanh, fsum
+    v0 = v1 = d0 = d1 = 0.0
+    terms = []
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = 0.5 * (1 + math.tanh(0.5 * beta * (v1 - v0)))
+        terms.append(beta * (c - p) * (d1 - d0))
+        if c:
+            d1, v1 = r - v1 + (1 - alpha) * d1, v1 + alpha * (r - v1)
+        else:
+            d0, v0 = r - v0 + (1 - alpha) * d0, v0 + alpha * (r - v0)
+    return math.fsum(terms)
+
+
+def right_grad_torch64(alpha, beta, choices, rewards):  # float64 tensors, torch.sigmoid
+    V, Dk = torch.zeros(2, dtype=D), torch.zeros(2, dtype=D)
+    g = torch.zeros((), dtype=D)
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = torch.sigmoid(beta * (V[1] - V[0]))
+        g = g + beta * (c - p) * (Dk[1] - Dk[0])
+        Dk[c] = r - V[c] + (1 - alpha) * Dk[c]
+        V[c] = V[c] + alpha * (r - V[c])
+    return g
+
+
+def _log_lik(alpha, beta, choices, rewards):
+    V, ll = [0.0, 0.0], 0.0
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        x = beta * (V[1] - V[0]) * (1 if c else -1)
+        ll += -math.log1p(math.exp(-x)) if x > 0 else x - math.log1p(math.exp(x))
+        V[c] += alpha * (r - V[c])
+    return ll
+
+
+def grad_central_difference(alpha, beta, choices, rewards, h=1e-6):  # the review's leak
+    return (_log_lik(alpha + h, beta, choices, rewards)
+            - _log_lik(alpha - h, beta, choices, rewards)) / (2 * h)
+
+
+def grad_central_difference_1e5(alpha, beta, choices, rewards):  # near-optimal step
+    return grad_central_difference(alpha, beta, choices, rewards, h=1e-5)
+
+
+def grad_richardson(alpha, beta, choices, rewards, h=1e-4):  # 4th-order finite difference
+    def ll(a):
+        return _log_lik(a, beta, choices, rewards)
+    return (8 * (ll(alpha + h) - ll(alpha - h)) - (ll(alpha + 2 * h) - ll(alpha - 2 * h))) / (
+        12 * h)
+
+
+def _torch_log_lik(a, beta, choices, rewards):
+    V = [torch.zeros((), dtype=D), torch.zeros((), dtype=D)]
+    ll = torch.zeros((), dtype=D)
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = torch.sigmoid(beta * (V[1] - V[0]))
+        ll = ll + (p.log() if c else (1 - p).log())
+        V[c] = V[c] + a * (r - V[c])
+    return ll
+
+
+def grad_forward_ad(alpha, beta, choices, rewards):  # the review's leak: forward mode
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        a = fwAD.make_dual(torch.tensor(alpha, dtype=D), torch.tensor(1.0, dtype=D))
+        return float(fwAD.unpack_dual(_torch_log_lik(a, beta, choices, rewards)).tangent)
+
+
+def grad_func_jvp(alpha, beta, choices, rewards):  # the review's leak: torch.func.jvp
+    _, tangent = torch.func.jvp(lambda a: _torch_log_lik(a, beta, choices, rewards),
+                                (torch.tensor(alpha, dtype=D),), (torch.tensor(1.0, dtype=D),))
+    return float(tangent)
+
+
+def grad_func_grad(alpha, beta, choices, rewards):  # reverse mode through torch.func
+    return float(torch.func.grad(lambda a: _torch_log_lik(a, beta, choices, rewards))(
+        torch.tensor(alpha, dtype=D)))
+
+
+def grad_float32(alpha, beta, choices, rewards):  # the recursion in float32 tensors
+    V, Dk = torch.zeros(2), torch.zeros(2)
+    g = torch.zeros(())
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = torch.sigmoid(beta * (V[1] - V[0]))
+        g = g + beta * (c - p) * (Dk[1] - Dk[0])
+        Dk[c] = r - V[c] + (1 - alpha) * Dk[c]
+        V[c] = V[c] + alpha * (r - V[c])
+    return float(g)
+
+
 def test_grad_accepts_right_answers(capsys):
     assert check("choice-grad-alpha", right_grad)
     assert check("choice-grad-alpha", grad_tensor)
+    assert check("choice-grad-alpha", right_grad_separate)
+    assert check("choice-grad-alpha", right_grad_torch64)
     printed = " ".join(capsys.readouterr().out.split())  # check() wraps its line
-    assert "correct on 6 test cases" in printed
+    assert "correct on 8 test cases" in printed
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -218,6 +364,14 @@ def test_grad_accepts_right_answers(capsys):
     (grad_value_updated_first, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected ∂ℓ/∂α"),
     (grad_autograd, r"calls Tensor.backward \(autograd\), which this exercise forbids"),
     (grad_package, r"calls softmaxbook.choice.rw_gradient"),
+    (grad_forward_ad, r"calls forward-mode autodiff .*which this exercise forbids"),
+    (grad_func_jvp, r"calls forward-mode autodiff .*which this exercise forbids"),
+    (grad_func_grad, r"calls torch.autograd.grad, which this exercise forbids"),
+    (grad_central_difference, r"alpha=0.3, beta=3.0, 40 trials your ∂ℓ/∂α is .* off by .*"
+                              r"finite difference"),
+    (grad_central_difference_1e5, r"your ∂ℓ/∂α is .* off by .*finite difference"),
+    (grad_richardson, r"your ∂ℓ/∂α is .* off by .*finite difference"),
+    (grad_float32, r"alpha=0.3, beta=3.0, 40 trials your ∂ℓ/∂α is .* off by .*float32"),
     (lambda a, b, c, r: torch.zeros(2), "should be one number"),
     (lambda a, b, c, r: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 
 import torch
@@ -24,8 +25,13 @@ _PACKAGE_ROUTES = {
 }
 _NO_PACKAGE = ("The exercise asks you to write the recursion yourself, with a plain loop over "
                "the trials; the package's function is what the check compares with.")
+# Automatic differentiation in either mode. Forward mode (torch.func.jvp, jacfwd,
+# torch.autograd.forward_ad) goes through the dual-number primitives _make_dual/_unpack_dual;
+# reverse mode (backward, torch.autograd.grad, torch.func.grad, jacobian) through grad/backward.
 _AUTOGRAD = {torch.autograd.grad: "torch.autograd.grad",
-             torch.Tensor.backward: "Tensor.backward (autograd)"}
+             torch.Tensor.backward: "Tensor.backward (autograd)",
+             torch._make_dual: "forward-mode autodiff (torch.func.jvp / forward_ad)",
+             torch._unpack_dual: "forward-mode autodiff (torch.func.jvp / forward_ad)"}
 
 
 @contextmanager
@@ -67,7 +73,26 @@ def _cases():
     out.append((0.7, 0.5, torch.tensor([1, 0, 1, 0, 0, 1]),
                 torch.tensor([2.5, -1.0, 0.3, 4.0, -2.0, 1.0], dtype=D),
                 "alpha=0.7, beta=0.5, rewards 2.5, -1, 0.3, 4, -2, 1"))
+    # long sessions with large rewards: |ℓ| is in the hundreds or thousands, where a finite
+    # difference loses digits that the recursion keeps (see _check_grad_alpha)
+    for alpha, beta, T, scale in ((0.3, 1.0, 300, 20.0), (0.05, 0.2, 2000, 30.0)):
+        c = (torch.rand(T, generator=g) < 0.5).long()
+        r = ((2 * torch.rand(T, generator=g, dtype=D) - 1) * scale)
+        out.append((alpha, beta, c, r, f"alpha={alpha}, beta={beta}, {T} trials, rewards "
+                    f"uniform on [-{scale:g}, {scale:g}]"))
     return out
+
+
+def _grad_alpha_terms(alpha, beta, choices, rewards):
+    """∂ℓ/∂α by the recursion, and Σ_t |term_t|, the size of what is summed (Python floats)."""
+    V, Dk, total, size = [0.0, 0.0], [0.0, 0.0], 0.0, 0.0
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = 1 / (1 + math.exp(-beta * (V[1] - V[0])))
+        term = beta * (c - p) * (Dk[1] - Dk[0])
+        total, size = total + term, size + abs(term)
+        Dk[c] = r - V[c] + (1 - alpha) * Dk[c]
+        V[c] += alpha * (r - V[c])
+    return total, size
 
 
 @exercise("choice-values", "values before each trial (causal timing)")
@@ -85,6 +110,15 @@ def _check_values(values_before):
                         "and the check compares to 1e-9.)",
                         hint="the dtype of the result follows the tensor you store the values "
                              "in: create it as float64.")
+            err = float((got.detach().cpu() - want).abs().max())
+            expect_true(not (1e-9 < err <= 1e-6 * (1 + float(want.abs().max()))),
+                        f"for input {desc} your values agree with the expected ones to about "
+                        f"7 significant digits only (largest difference {err:.2g}): that is "
+                        "float32 precision, although the result has dtype float64. The "
+                        "recursion is right; the numbers were computed in float32 (e.g. in a "
+                        "tensor created without dtype=torch.float64) and converted afterwards.",
+                        hint="compute in float64 from the start: create the tensor that holds "
+                             "the values with dtype=torch.float64 (Python floats are float64).")
             after = torch.cat((want[1:], want[-1:] + 0), 0)
             shifted = torch.allclose(got[:-1], after[:-1], atol=1e-9) and not torch.allclose(
                 got, want, atol=1e-9)
@@ -106,6 +140,7 @@ def _check_grad_alpha(grad_alpha):
     for alpha, beta, c, r, desc in cases:
         want = rw_gradient(torch.tensor([alpha], dtype=D), torch.tensor([beta], dtype=D),
                            c[None], r[None])[0][0]
+        _, size = _grad_alpha_terms(alpha, beta, c, r)
         with _package_forbidden():
             got = call(grad_alpha, alpha, beta, c.clone(), r.clone(), input_desc=desc,
                        forbid=_AUTOGRAD,
@@ -116,7 +151,24 @@ def _check_grad_alpha(grad_alpha):
             expect_true(got.numel() == 1, f"for input {desc} the result should be one number "
                         f"(a float or a 0-d tensor), got shape {tuple(got.shape)}.")
             got = got.reshape(())
-        expect_close(got, want, input_desc=desc, rtol=1e-7, atol=1e-9, what="∂ℓ/∂α",
+        # The recursion in float64 agrees with the package to ~1e-15 of Σ_t |term_t| (measured
+        # on these cases, summed in any order); a central finite difference, whatever its step
+        # (1e-4 … 1e-6), is off by 2e-11 of it or more, 4th-order Richardson by 3e-14 to 2e-10.
+        # A tolerance of 1e-13 of that size accepts the first and rejects the others.
+        tol = 1e-13 * (1 + size)
+        if isinstance(got, (torch.Tensor, float, int)) and not isinstance(got, bool):
+            err = abs(float(got) - float(want))
+            expect_true(not (tol < err <= 1e-5 * (1 + size)),
+                        f"for input {desc} your ∂ℓ/∂α is {float(got)!r}, close to the "
+                        f"expected {float(want)!r} but off by {err:.2g}, which is far more "
+                        "than rounding leaves in the float64 recursion (about 1e-15 of the "
+                        f"size of the terms summed, {size:.3g} here). A finite difference of "
+                        "ℓ, or a computation in float32, gives such an error.",
+                        hint="the exercise asks for the forward sensitivity recursion "
+                             "(choice-sensitivity) run in float64 (Python floats): carry "
+                             "D_k = ∂V_k/∂α through the loop, and differentiate nothing "
+                             "numerically.")
+        expect_close(got, want, input_desc=desc, rtol=0, atol=tol, what="∂ℓ/∂α",
                      hint="keep one sensitivity D_k = ∂V_k/∂α per option, starting at 0. "
                           "Compare your recursion with (choice-sensitivity), in particular "
                           "what happens to the option that was not chosen, and your sum with "
