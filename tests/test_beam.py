@@ -581,6 +581,21 @@ def test_with_temperature():
         with_temperature(m, 0.0)
 
 
+def test_sets_without_replacement_without_cancellation():
+    # The review's input: 1 - p_0 by subtraction cancelled, and the total mass came out 1.0008.
+    p = torch.tensor([1 - 2e-15, 1e-15, 1e-15], dtype=torch.float64)
+    subsets, probs = sets_without_replacement(p, 2)
+    assert subsets.tolist() == [[0, 1], [0, 2], [1, 2]]
+    assert abs(float(probs.sum()) - 1) < 1e-14
+    # {0, i}: p_0 p_i / (1 - p_0) + p_i p_0 / (1 - p_i) = 1/2 + O(1e-15); {1, 2}: ~2e-30
+    torch.testing.assert_close(probs[:2], torch.full((2,), 0.5, dtype=torch.float64),
+                               rtol=0, atol=1e-14)
+    assert abs(float(probs[2]) / 2e-30 - 1) < 1e-6
+    # k = 3 draws everything: probability 1
+    _, all3 = sets_without_replacement(p, 3)
+    assert abs(float(all3.sum()) - 1) < 1e-14
+
+
 def test_sets_without_replacement_by_hand():
     subsets, probs = sets_without_replacement(torch.tensor([0.5, 0.3, 0.2]), 2)
     assert subsets.tolist() == [[0, 1], [0, 2], [1, 2]]

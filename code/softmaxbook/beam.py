@@ -964,10 +964,15 @@ def sets_without_replacement(probs: torch.Tensor, k: int):
     for subset in itertools.combinations(support, k):
         total = 0.0
         for order in itertools.permutations(subset):
-            prob, left = 1.0, 1.0
+            prob, drawn = 1.0, set()
             for i in order:
+                # The mass not drawn yet, summed from the remaining probabilities (fsum), not
+                # 1 − Σ drawn: that subtraction cancels when the drawn items hold almost all the
+                # mass (the log1mexp problem of the Gumbel chapter); [1 − 2e-15, 1e-15, 1e-15]
+                # then gave sets whose probabilities summed to 1.0008.
+                left = math.fsum(pl[j] for j in support if j not in drawn)
                 prob *= pl[i] / left
-                left -= pl[i]
+                drawn.add(i)
             total += prob
         subsets.append(subset)
         set_probs.append(total)
