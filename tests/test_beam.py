@@ -671,6 +671,31 @@ def test_step_fn_not_normalised(search):
 
 
 @pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.parametrize("off", [1e-3, -1e-3, 1e-4])
+def test_step_fn_normalised_only_roughly(search, off):
+    # rows whose probabilities sum to 1 + 1e-3 (or 1e-4) were accepted by a 1e-3 bound
+    def step(p):
+        return torch.log_softmax(torch.zeros(p.shape[0], 3, dtype=torch.float64), -1) + off
+
+    with pytest.raises(ValueError, match=r"not normalised: row 0 has logsumexp .*must be 0 "
+                                         r"within 1e-05"):
+        search(step, 2, 3)
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_step_fn_in_float32_cast_to_float64_is_accepted(search):
+    # a model that computes in float32 and casts: rows off by ~1e-7, accepted
+    logits = torch.randn(50, 30000, generator=gen(), dtype=torch.float32) * 10
+    rows = torch.log_softmax(logits, -1).double()
+
+    def step(p):
+        return rows[: p.shape[0]] if p.shape[1] == 0 else rows[p[:, -1] % 50]
+
+    res = search(step, 2, 2)
+    assert torch.isfinite(res.log_probs).all()
+
+
+@pytest.mark.parametrize("search", SEARCHES)
 def test_step_fn_returns_nan(search):
     def step(p):
         out = torch.log_softmax(torch.zeros(p.shape[0], 3), -1)
