@@ -84,10 +84,67 @@ def nan_for_impossible(step_fn, prefixes):
     return out.nan_to_num(neginf=float("nan"))
 
 
-def test_prefix_accepts_right_answer(capsys):
-    assert check("beam-prefix-logprob", right_prefix_log_prob)
+def prefix_by_indexing(step_fn, prefixes):
+    # advanced indexing instead of gather, the terms stacked and summed at the end
+    n, T = prefixes.shape
+    rows = torch.arange(n)
+    terms = [step_fn(prefixes[:, :t])[rows, prefixes[:, t]] for t in range(T)]
+    return torch.stack(terms).sum(0) if terms else torch.zeros(n, dtype=torch.float64)
+
+
+def prefix_row_by_row(step_fn, prefixes):
+    # one prefix at a time, in Python floats
+    out = []
+    for row in prefixes:
+        phi = 0.0
+        for t in range(len(row)):
+            phi += float(step_fn(row[None, :t])[0, row[t]])
+        out.append(phi)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("answer", [right_prefix_log_prob, prefix_by_indexing,
+                                    prefix_row_by_row])
+def test_prefix_accepts_right_answers(answer, capsys):
+    assert check("beam-prefix-logprob", answer)
     printed = " ".join(capsys.readouterr().out.split())  # check() wraps its line
-    assert "correct on 5 test cases" in printed
+    assert "correct on 6 test cases" in printed
+
+
+def multiply_then_log(step_fn, prefixes):
+    # the review's leak: multiply the probabilities, take the log at the end (underflows)
+    n, T = prefixes.shape
+    prob = torch.ones(n, dtype=torch.float64)
+    for t in range(T):
+        prob = prob * step_fn(prefixes[:, :t]).gather(1, prefixes[:, t:t + 1]).squeeze(1).exp()
+    return prob.log()
+
+
+def in_float32(step_fn, prefixes):
+    # the review's other leak: the sum kept in float32
+    return right_prefix_log_prob(lambda p: step_fn(p).float(), prefixes).float()
+
+
+def mean_not_sum(step_fn, prefixes):
+    T = prefixes.shape[1]
+    return right_prefix_log_prob(step_fn, prefixes) / max(T, 1)
+
+
+def skips_first_token(step_fn, prefixes):
+    n, T = prefixes.shape
+    out = torch.zeros(n, dtype=torch.float64)
+    for t in range(1, T):
+        out = out + step_fn(prefixes[:, :t]).gather(1, prefixes[:, t:t + 1]).squeeze(1)
+    return out
+
+
+def max_not_gather(step_fn, prefixes):
+    # the log-probability of the most likely next token, whatever the prefix's token is
+    n, T = prefixes.shape
+    out = torch.zeros(n, dtype=torch.float64)
+    for t in range(T):
+        out = out + step_fn(prefixes[:, :t]).max(1).values
+    return out
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -97,6 +154,11 @@ def test_prefix_accepts_right_answer(capsys):
     (nan_for_impossible, "impossible token"),
     (off_by_one, "expected log-probabilities"),
     (uses_the_models_own_log_prob, "AttributeError"),
+    (multiply_then_log, r"(?s)for input an improbable prefix.*not finite.*Hint: a product"),
+    (in_float32, r"dtype torch.float32, not float64"),
+    (mean_not_sum, "expected log-probabilities"),
+    (skips_first_token, "expected log-probabilities"),
+    (max_not_gather, "expected log-probabilities"),
     (lambda step_fn, p: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])

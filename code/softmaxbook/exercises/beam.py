@@ -60,6 +60,14 @@ def _prefix_cases():
                                                               "20 prefixes of length 6"),
         (blocked, torch.tensor([[0, 2, 1], [1, 0, 1]]), "a prefix through an impossible token "
                                                          "(φ = -inf) and a possible one"),
+        # Every second token has probability ~e^-150: the product of the probabilities is far
+        # below float64's smallest number (e^-745), φ itself is a finite -2100 or so.
+        (_Bigram([[0.0, -150.0, 0.0], [0.0, 0.0, -150.0], [-150.0, 0.0, 0.0],
+                  [0.0, -150.0, 0.0]]),
+         torch.tensor([[1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2],
+                       [0, 0, 2, 2, 1, 1, 0, 0, 2, 2, 1, 1, 0, 0]]),
+         "an improbable prefix: 14 tokens of probability ~e^-150 (φ ~ -2100, the product of "
+         "the probabilities underflows) and a likely one"),
     ]
 
 
@@ -81,6 +89,19 @@ def _check_prefix_log_prob(prefix_log_prob):
             expect_true(not torch.allclose(got.double(), model.conditionals(prefixes).exp().sum(0)),
                         f"for input {desc} you added the conditional probabilities; φ_S adds "
                         "their logarithms, log p(y_t | y_<t).")
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape:
+            expect_true(got.dtype == torch.float64,
+                        f"for input {desc} the result has dtype {got.dtype}, not float64 (the "
+                        f"dtype of the model's log-probabilities): {describe(got)}.",
+                        hint="keep the sum in the model's float64; float32 keeps about 7 "
+                             "digits of a φ that may be in the thousands.")
+            if bool(torch.isfinite(expected).all()) and not bool(torch.isfinite(got).all()):
+                expect_true(False,
+                            f"for input {desc} your φ is {describe(got)}, not finite, where "
+                            f"the prefixes' log-probabilities are {describe(expected)}.",
+                            hint="a product of many probabilities underflows to 0 (below "
+                                 "e^-745 in float64) and its log is -inf; add the "
+                                 "log-probabilities instead.")
         expect_close(got, expected, input_desc=desc, rtol=1e-6, atol=1e-9,
                      what="log-probabilities [n]",
                      hint="φ_S adds log p(y_t | y_<t) over the positions t of the prefix. The "
