@@ -206,10 +206,36 @@ def library_inclusion(values, log_probs, kappa):
     return (torch.exp(log_probs - sbs_inclusion_log_probs(log_probs, kappa)) * values).sum(-1)
 
 
-def test_estimator_accepts_right_answer(capsys):
-    assert check("beam-estimator", right_estimator)
+def estimator_as_in_the_chapter(values, log_probs, kappa):
+    # the chapter's solution: switch to the series below phi - kappa = -20
+    a = log_probs - kappa.unsqueeze(-1)
+    x = torch.exp(a)
+    log_q = torch.where(a < -20, a - x / 2, torch.log(-torch.expm1(-x)))
+    return (torch.exp(log_probs - log_q) * values).sum(-1)
+
+
+@pytest.mark.parametrize("answer", [right_estimator, estimator_as_in_the_chapter])
+def test_estimator_accepts_right_answers(answer, capsys):
+    assert check("beam-estimator", answer)
     printed = " ".join(capsys.readouterr().out.split())  # check() wraps its line
     assert "correct on 5 test cases" in printed
+
+
+def log1p_of_minus_exp(values, log_probs, kappa):
+    # log q = log1p(-exp(-x)): -exp(-x) rounds to -1 when x is tiny, log1p(-1) = -inf
+    x = torch.exp(log_probs - kappa.unsqueeze(-1))
+    return (torch.exp(log_probs - torch.log1p(-torch.exp(-x))) * values).sum(-1)
+
+
+def divided_by_k(values, log_probs, kappa):
+    return right_estimator(values, log_probs, kappa) / values.shape[-1]
+
+
+def q_over_p(values, log_probs, kappa):
+    # the weight upside down
+    x = torch.exp(log_probs - kappa.unsqueeze(-1))
+    log_q = torch.where(x < 1e-8, torch.log(x) - x / 2, torch.log(-torch.expm1(-x)))
+    return (torch.exp(log_q - log_probs) * values).sum(-1)
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -220,6 +246,9 @@ def test_estimator_accepts_right_answer(capsys):
     (first_order_log_q, "k = 2, kappa = 0.3"),
     (library_estimate, "which this exercise forbids"),
     (library_inclusion, "which this exercise forbids"),
+    (log1p_of_minus_exp, "not finite"),
+    (divided_by_k, "k = 2, kappa = 0.3"),
+    (q_over_p, "k = 2, kappa = 0.3"),
     (lambda v, lp, k: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
