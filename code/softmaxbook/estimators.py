@@ -534,8 +534,10 @@ def sample_lognormal(mu=0.0, sigma=1.0, sample_shape=(), *, generator=None) -> t
 
 def sample_inverse_gamma(shape_k, scale=1.0, sample_shape=(), *, generator=None) -> torch.Tensor:
     """Inverse gamma IG(k, theta), density ``theta**k / Gamma(k) x**(-k-1) exp(-theta / x)``:
-    ``g(eps, theta) = theta / eps`` with ``eps ~ Gamma(k, 1)`` -- equivalently ``1 / eps'`` with
-    ``eps' ~ Gamma(k, rate theta)`` (erratum 26: the source's ``IG(lk; theta)`` is ``IG(k; theta)``).
+    ``g(eps, theta) = theta / eps`` with ``eps ~ Gamma(k, 1)`` (erratum 26: the source's
+    ``IG(lk; theta)`` is ``IG(k; theta)``). ``1 / eps'`` with ``eps' ~ Gamma(k, rate theta)`` has
+    the same law but puts ``theta`` into the noise; since ``Gamma(k, rate theta)`` is
+    ``Gamma(k, 1) / theta``, ``theta`` comes out into ``g``, with ``dz/dtheta = z / theta``.
 
     The gradient in ``theta`` is pathwise; the gradient in ``k`` flows through PyTorch's gamma
     sampler, which differentiates its draws implicitly (Figurnov, Mohamed & Mnih 2018).
