@@ -4,6 +4,7 @@ plausible wrong ones with a message that names the input and helps."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -109,12 +110,44 @@ def drops_one_ece(probs, labels, n_bins):
     return _binned(conf[keep], (pred == labels).double()[keep], idx[keep], len(conf))
 
 
-def float32_ece(probs, labels, n_bins):
-    return right_ece(probs.float(), labels, n_bins)
-
-
 def python_float_ece(probs, labels, n_bins):
     return float(right_ece(probs, labels, n_bins))
+
+
+def dot_float_ece(probs, labels, n_bins):
+    # the chapter's own idiom: correctness as float32 (the review: rejected with "expected
+    # 0.19801 but got 0.19801")
+    conf, pred = probs.max(1)
+    correct = (pred == labels).float()
+    idx = (torch.ceil(conf * n_bins) - 1).clamp(0, n_bins - 1).long()
+    total = 0.0
+    for m in range(n_bins):
+        mask = idx == m
+        if mask.any():
+            total += mask.float().mean() * (correct[mask].mean() - conf[mask].mean()).abs()
+    return total
+
+
+def bucketize_ece(probs, labels, n_bins):
+    # vectorised, edges m / M, bins ((m-1)/M, m/M] by bucketize
+    conf, pred = probs.max(1)
+    edges = torch.arange(n_bins + 1, dtype=probs.dtype) / n_bins
+    idx = (torch.bucketize(conf, edges) - 1).clamp(min=0)
+    n = torch.bincount(idx, minlength=n_bins).to(probs.dtype)
+    s_conf = torch.zeros(n_bins, dtype=probs.dtype).index_add(0, idx, conf)
+    s_acc = torch.zeros(n_bins, dtype=probs.dtype).index_add(
+        0, idx, (pred == labels).to(probs.dtype))
+    return ((s_acc - s_conf).abs().sum() / len(conf)).item()
+
+
+def numpy_ece(probs, labels, n_bins):
+    import numpy as np
+    p, y = probs.numpy(), labels.numpy()
+    conf, pred = p.max(1), p.argmax(1)
+    idx = np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
+    gaps = [abs((pred[idx == m] == y[idx == m]).mean() - conf[idx == m].mean())
+            * (idx == m).mean() for m in range(n_bins) if (idx == m).any()]
+    return np.float64(sum(gaps))
 
 
 def test_ece_accepts_reference(capsys):
@@ -122,9 +155,56 @@ def test_ece_accepts_reference(capsys):
     assert "correct on" in capsys.readouterr().out
 
 
-def test_ece_accepts_python_float():
-    # torch.as_tensor(python float) is float32: the check must not compare in float32
-    assert check("calibration-ece", python_float_ece)
+@pytest.mark.parametrize("answer", [python_float_ece, dot_float_ece, bucketize_ece, numpy_ece,
+                                    lambda p, y, m: right_ece(p, y, m).float(),
+                                    lambda p, y, m: right_ece(p.float(), y, m),
+                                    lambda p, y, m: [float(right_ece(p, y, m))]])
+def test_ece_accepts_right_answers_written_differently(answer):
+    # a Python float, float32 arithmetic (the chapter's .float() idiom), a vectorised
+    # bucketize, NumPy, a float32 result, a one-element list: compared to ~5 digits
+    assert check("calibration-ece", answer)
+
+
+def linspace_ece(probs, labels, n_bins):
+    # the package's old bug: linspace edges, one ulp below m/M at some edges
+    conf, pred = probs.max(1)
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=probs.dtype)
+    idx = (torch.bucketize(conf, edges) - 1).clamp(min=0)
+    return _binned(conf, (pred == labels).double(), idx, len(conf))
+
+
+def last_index_tie_ece(probs, labels, n_bins):
+    # a tie predicts the LAST class with the top probability
+    conf = probs.max(1).values
+    k = probs.shape[1]
+    pred = k - 1 - probs.flip(1).argmax(1)
+    idx = (torch.ceil(conf * n_bins) - 1).clamp(0, n_bins - 1).long()
+    return _binned(conf, (pred == labels).double(), idx, len(conf))
+
+
+def squared_gap_ece(probs, labels, n_bins):
+    conf, pred = probs.max(1)
+    correct = (pred == labels).double()
+    idx = (torch.ceil(conf * n_bins) - 1).clamp(0, n_bins - 1).long()
+    return sum((idx == m).double().mean() * (correct[idx == m].mean()
+               - conf[idx == m].mean()) ** 2 for m in range(n_bins) if (idx == m).any())
+
+
+def max_gap_ece(probs, labels, n_bins):
+    conf, pred = probs.max(1)
+    correct = (pred == labels).double()
+    idx = (torch.ceil(conf * n_bins) - 1).clamp(0, n_bins - 1).long()
+    return max((correct[idx == m].mean() - conf[idx == m].mean()).abs()
+               for m in range(n_bins) if (idx == m).any())
+
+
+def missing_last_bin_ece(probs, labels, n_bins):
+    # ceil(c M) without the -1, looping over range(M): the top bin is never visited
+    conf, pred = probs.max(1)
+    correct = (pred == labels).double()
+    idx = torch.ceil(conf * n_bins).long()
+    return sum((idx == m).double().mean() * (correct[idx == m].mean()
+               - conf[idx == m].mean()).abs() for m in range(n_bins) if (idx == m).any())
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -136,14 +216,32 @@ def test_ece_accepts_python_float():
     (notebook_library_ece, "calls softmaxbook.calibration.expected_calibration_error"),
     (own_bin_for_one_ece, "(?s)for input confidences 1, 1, 0.95.*last bin"),
     (drops_one_ece, "(?s)for input confidences 1, 1, 0.95.*neither left out"),
-    (float32_ece, "(?s)for input 400 random rows.*6 digits only.*float32"),
-    (lambda p, y, m: right_ece(p, y, m).float(), "(?s)for input 400 random rows.*float32.*lost"),
+    (linspace_ece, "(?s)for input confidences 0.55, 0.52, 0.58, 20 bins.*linspace"),
+    (last_index_tie_ece, "(?s)for input confidences on the bin edges.*first class"),
+    (squared_gap_ece, "for input 400 random rows"),
+    (max_gap_ece, "for input 400 random rows"),
+    (missing_last_bin_ece, "for input 400 random rows"),
+    (lambda p, y, m: float("nan"), "(?s)for input 400 random rows.*not a finite"),
+    (lambda p, y, m: torch.zeros(2), "(?s)for input 400 random rows.*one number"),
     (lambda p, y, m: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
 def test_ece_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("calibration-ece", answer)
+
+
+def test_ece_message_never_shows_two_identical_numbers():
+    # off by 2e-5 relative: the two numbers are written with enough digits to differ
+    def slightly_off(p, y, m):
+        return right_ece(p, y, m) * (1 + 2e-5)
+
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check("calibration-ece", slightly_off)
+    text = str(err.value)
+    exp = re.search(r"expected ECE (\S+)", text).group(1)
+    got = re.search(r"but got +(\S+)", text).group(1)
+    assert exp != got and "difference +" in text, text
 
 
 def test_ece_rejects_torchmetrics():
@@ -175,6 +273,17 @@ def test_kl_accepts_reference(capsys):
     assert "correct" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("answer", [
+    # log-sum-exp form: KL(U || p) = logsumexp(z) - mean(z) - log K
+    lambda z: torch.logsumexp(z, -1) - z.mean(-1) - math.log(z.shape[-1]),
+    # torch's kl_div(input=log p, target=U) sums U (log U - log p)
+    lambda z: torch.nn.functional.kl_div(
+        torch.log_softmax(z, 1), torch.full_like(z, 1 / z.shape[1]), reduction="none").sum(1),
+])
+def test_kl_accepts_right_answers_written_differently(answer):
+    assert check("calibration-kl-uniform", answer)
+
+
 @pytest.mark.parametrize("answer, message", [
     # log(softmax): -inf once a probability underflows
     (lambda z: -math.log(z.shape[1]) - torch.log(torch.softmax(z, 1)).mean(1),
@@ -194,6 +303,22 @@ def test_kl_accepts_reference(capsys):
     # wrong axis: log_softmax over the examples
     (lambda z: -math.log(z.shape[1]) - torch.log_softmax(z, 0).mean(1),
      "for input logits \\[\\[0, 0, 0\\]"),
+    # + log K instead of - log K
+    (lambda z: math.log(z.shape[1]) - torch.log_softmax(z, 1).mean(1),
+     "for input logits \\[\\[0, 0, 0\\]"),
+    # the entropy of p, not a KL
+    (lambda z: -(torch.softmax(z, 1) * torch.log_softmax(z, 1)).sum(1),
+     "for input logits \\[\\[0, 0, 0\\]"),
+    # log of a clamped softmax: finite, but capped at -log(1e-12) where p underflows
+    (lambda z: -math.log(z.shape[1]) - torch.log(torch.softmax(z, 1).clamp_min(1e-12)).mean(1),
+     "(?s)for input huge logits.*row 0: expected 799.3"),
+    # one number for the batch (cross entropy against the uniform target)
+    (lambda z: torch.nn.functional.cross_entropy(z, torch.full_like(z, 1 / z.shape[1]))
+     - math.log(z.shape[1]), "for input logits .*shape"),
+    # float64 result for float32 logits
+    (lambda z: right_kl(z.double()), "(?s)for input float32 logits.*changed precision"),
+    # NumPy instead of torch
+    (lambda z: right_kl(z).numpy(), "(?s)for input logits .*torch tensor.*ndarray"),
 ])
 def test_kl_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
@@ -239,8 +364,30 @@ def test_fpr95_accepts_reference(capsys):
     assert "correct on" in capsys.readouterr().out
 
 
-def test_fpr95_accepts_python_float():
-    assert check("calibration-fpr95", lambda a, b: float(right_fpr95(a, b)))
+def counting_fpr95(scores_in, scores_out):
+    # the largest threshold among the in-scores that still accepts >= 95 % of them, by counting
+    n = len(scores_in)
+    t = max(float(v) for v in scores_in if (scores_in >= v).sum() >= 0.95 * n - 1e-9)
+    return float((scores_out >= t).sum()) / len(scores_out)
+
+
+def np_fpr95(scores_in, scores_out):
+    import numpy as np
+    t = np.sort(scores_in)[::-1][math.ceil(0.95 * len(scores_in) - 1e-9) - 1]
+    return np.mean(scores_out >= t)
+
+
+@pytest.mark.parametrize("answer", [
+    lambda a, b: float(right_fpr95(a, b)),
+    # the chapter's .float().mean() idiom: float32, right to ~1e-7 (the review: rejected)
+    lambda a, b: (b >= torch.sort(a, descending=True).values[
+        math.ceil(0.95 * len(a) - 1e-9) - 1]).float().mean(),
+    counting_fpr95,
+    # NumPy, returned as numpy.float64
+    lambda a, b: np_fpr95(a.numpy(), b.numpy()),
+])
+def test_fpr95_accepts_right_answers_written_differently(answer):
+    assert check("calibration-fpr95", answer)
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -250,7 +397,24 @@ def test_fpr95_accepts_python_float():
     (lambda a, b: 0.95, "for input scores_in = 1, 2, ..., 20"),
     (library_fpr95, "calls softmaxbook.calibration.ood_metrics"),
     (sklearn_fpr95, "calls scikit-learn's roc_curve"),
-    (lambda a, b: right_fpr95(a, b).float(), "(?s)for input scores_in = 1, 2.*float32"),
+    # floor / round instead of ceil: fewer than 95 % of scores_in accepted
+    (lambda a, b: (b >= torch.sort(a, descending=True).values[
+        math.floor(0.95 * len(a)) - 1]).double().mean(), "(?s)for input scores_in = 1, 2, ..., 30"),
+    (lambda a, b: (b >= torch.sort(a, descending=True).values[
+        round(0.95 * len(a)) - 1]).double().mean(), "(?s)for input scores_in = 1, 2, ..., 30"),
+    # the TPR instead of the FPR
+    (lambda a, b: (a >= torch.sort(a, descending=True).values[
+        math.ceil(0.95 * len(a) - 1e-9) - 1]).double().mean(), "for input scores_in = 1, 2"),
+    # 1 - FPR (the fraction of OOD rejected)
+    (lambda a, b: 1 - right_fpr95(a, b), "for input scores_in = 1, 2, ..., 20"),
+    # divided by the number of in-distribution scores
+    (lambda a, b: (b >= torch.sort(a, descending=True).values[
+        math.ceil(0.95 * len(a) - 1e-9) - 1]).double().sum() / len(a),
+     "for input scores_in = 1, 2, ..., 20"),
+    # sorted ascending: the threshold is near the top instead of the bottom
+    (lambda a, b: (b >= torch.sort(a).values[math.ceil(0.95 * len(a) - 1e-9) - 1]
+                   ).double().mean(), "for input scores_in = 1, 2, ..., 20"),
+    (lambda a, b: [0.8, 0.2], "(?s)for input scores_in = 1, 2, ..., 20.*one number"),
     (lambda a, b: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
