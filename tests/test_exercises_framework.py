@@ -172,3 +172,29 @@ def test_expect_close_compares_python_floats_in_float64():
     expect_close(torch.tensor(x, dtype=torch.float64), 0.1, input_desc="x", rtol=1e-9, atol=0)
     with pytest.raises(AssertionError):
         expect_close(torch.tensor(0.1), 0.1, input_desc="x", rtol=1e-9, atol=0)
+
+
+def test_a_mismatch_never_shows_two_identical_looking_values():
+    # the review's case: a float32 answer 1e-8 off a float64 expectation looked like
+    # "expected 0.19801 but got 0.19801"
+    from softmaxbook.exercises import expect_close, expect_equal
+    exp = torch.tensor(0.198012345678, dtype=torch.float64)
+    got = exp.float()
+    with pytest.raises(ExerciseCheckFailed) as info:
+        expect_close(got, exp, input_desc="x", rtol=1e-12, atol=0)
+    text = str(info.value)
+    lines = [ln for ln in text.splitlines() if "expected" in ln or "but got" in ln]
+    shown = [ln.split("result", 1)[-1].split("got", 1)[-1].strip() for ln in lines[:2]]
+    assert shown[0] != shown[1], text
+    assert "0.19801235198974609" in text and "torch.float32" in text
+    # values that differ in the 6th digit are shown as before, with 6 digits
+    with pytest.raises(ExerciseCheckFailed, match=r"expected result tensor\(0\.5\)\n  but got +tensor\(0\.6\)"):
+        expect_close(0.6, 0.5, input_desc="x")
+    # a difference past the entries shown is located
+    e = torch.zeros(20, dtype=torch.float64)
+    g = e.clone()
+    g[13] = 1e-3
+    with pytest.raises(ExerciseCheckFailed, match=r"first difference at index \(13,\)"):
+        expect_close(g, e, input_desc="x", atol=1e-6)
+    with pytest.raises(ExerciseCheckFailed, match=r"first difference at index \(1, 3\)"):
+        expect_equal(g.reshape(2, 10), e.reshape(2, 10), input_desc="x")

@@ -187,26 +187,55 @@ def check(label: str, answer: Any) -> CheckPassed:
 # Helpers for writing checkers
 # ---------------------------------------------------------------------------------------------
 
-def describe(value: Any, limit: int = 8) -> str:
+def describe(value: Any, limit: int = 8, digits: int = 6) -> str:
     """A short, readable description of a value for a message (tensors abbreviated)."""
     if isinstance(value, torch.Tensor):
         flat = value.detach().flatten()
-        items = ", ".join(_fmt(float(v)) if value.is_floating_point() else str(int(v))
+        items = ", ".join(_fmt(float(v), digits) if value.is_floating_point() else str(int(v))
                           for v in flat[:limit])
         more = ", …" if flat.numel() > limit else ""
         shape = f" (shape {tuple(value.shape)}, {value.dtype})" if value.dim() > 0 else ""
         body = f"[{items}{more}]" if value.dim() > 0 else items
         return f"tensor({body}){shape}"
     if isinstance(value, float):
-        return _fmt(value)
+        return _fmt(value, digits)
     text = repr(value)
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def _fmt(v: float) -> str:
+def _fmt(v: float, digits: int = 6) -> str:
     if math.isnan(v) or math.isinf(v):
         return str(v)
-    return f"{v:.6g}"
+    return f"{v:.{digits}g}"
+
+
+def _values_only(text: str) -> str:
+    """A description without its dtype, to tell whether two descriptions *look* the same."""
+    return text.split(" (shape")[0]
+
+
+def _mismatch(got: Any, expected: Any, what: str, input_desc: str) -> str:
+    """'expected ... but got ...' that never shows two identical-looking values: where six
+    digits agree, the values are shown with all 17, the dtypes are named when they differ, and
+    the first differing entry is pointed out when it is not among those shown."""
+    shown_e, shown_g = describe(expected), describe(got)
+    if _values_only(shown_e) == _values_only(shown_g):
+        shown_e, shown_g = describe(expected, digits=17), describe(got, digits=17)
+    text = f"for input {input_desc}\n  expected {what} {shown_e}\n  but got{' ' * (len(what) + 3)}{shown_g}"
+    if isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor):
+        if got.dtype != expected.dtype:
+            text += f"\n  (your {what} is {got.dtype}; the expected one is {expected.dtype})"
+        if got.shape == expected.shape and got.numel() > 8:
+            g, e = got.detach().cpu().flatten(), expected.detach().cpu().flatten()
+            g, e = g.to(torch.float64) if g.is_floating_point() else g, e.to(g.dtype)
+            differ = torch.nonzero(~((g == e) | (g.isnan() & e.isnan()) if g.is_floating_point()
+                                     else g == e)).flatten()
+            if differ.numel() and int(differ[0]) >= 8:
+                i = int(differ[0])
+                index = tuple(int(k) for k in torch.unravel_index(torch.tensor(i), got.shape))
+                text += (f"\n  (first difference at index {index}: expected "
+                         f"{_fmt(float(e[i]), 17)}, got {_fmt(float(g[i]), 17)})")
+    return text
 
 
 def expect_answered(answer: Any) -> None:
@@ -311,8 +340,8 @@ def expect_close(got: Any, expected: Any, *, input_desc: str, rtol: float = 1e-5
     if not torch.allclose(g64, e64, rtol=rtol, atol=atol, equal_nan=False):
         diff = (g64 - e64).abs()
         worst = float(diff.nan_to_num(float("inf")).max()) if diff.numel() else 0.0
-        _fail(f"for input {input_desc}\n  expected {what} {describe(exp)}\n  but got      "
-              f"{describe(g)}\n  (largest difference {_fmt(worst)}).", hint)
+        _fail(f"{_mismatch(g, exp, what, input_desc)}\n  (largest difference "
+              f"{_fmt(worst)}).", hint)
 
 
 def expect_equal(got: Any, expected: Any, *, input_desc: str, what: str = "result",
@@ -321,11 +350,9 @@ def expect_equal(got: Any, expected: Any, *, input_desc: str, what: str = "resul
     if isinstance(expected, torch.Tensor):
         if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not bool(
                 (got.detach().cpu() == expected.detach().cpu()).all()):
-            _fail(f"for input {input_desc}\n  expected {what} {describe(expected)}\n  but got  "
-                  f"    {describe(got)}.", hint)
+            _fail(f"{_mismatch(got, expected, what, input_desc)}.", hint)
     elif got != expected:
-        _fail(f"for input {input_desc}\n  expected {what} {describe(expected)}\n  but got      "
-              f"{describe(got)}.", hint)
+        _fail(f"{_mismatch(got, expected, what, input_desc)}.", hint)
 
 
 @contextmanager
