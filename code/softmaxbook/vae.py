@@ -10,9 +10,12 @@ distribution on {0, ..., 16} per pixel:
 
 Binary cross-entropy on grey values scaled to [0, 1] (the common MNIST recipe, e.g. the VAE of
 pytorch/examples, whose issue 460 on it is still open) is not the log-likelihood of any
-distribution over those values, so the "ELBO" it reports is not a bound on anything; the two
-likelihoods here are normalised over the values the data can take, so ELBO and the
-importance-weighted bound are honest lower bounds on ``log p(x)`` in nats per digit.
+distribution over those values: as a density on [0, 1] its exponential integrates to
+``1 / C(p) <= 1/2``, the normaliser of the continuous Bernoulli (Loaiza-Ganem & Cunningham
+2019). The "ELBO" it reports is a lower bound only on a continuous-Bernoulli model's
+log-density, loose by ``sum_j log C(p_j) >= 64 log 2`` nats, not on the probability of the
+counts. The two likelihoods here are normalised over the values the data can take, so ELBO and
+the importance-weighted bound are honest lower bounds on ``log p(x)`` in nats per digit.
 
 The encoder ``q(z | x) = N(mu(x), diag(exp(logvar(x))))`` and the decoder are one-hidden-layer
 MLPs; the prior is ``N(0, I)``.
@@ -23,6 +26,8 @@ References
   gradient, the analytic KL term).
 * Burda, Grosse & Salakhutdinov (2016), *Importance Weighted Autoencoders* (the bound
   ``E log (1/K) sum_k p(x, z_k) / q(z_k | x)``, which increases with K towards ``log p(x)``).
+* Loaiza-Ganem & Cunningham (2019), *The continuous Bernoulli: fixing a pervasive error in
+  variational autoencoders*, NeurIPS (the normaliser that binary cross-entropy omits).
 """
 
 from __future__ import annotations
