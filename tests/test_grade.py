@@ -1,43 +1,57 @@
-"""The grader (`python3 tools/book.py grade SUBMISSIONS/`) on made-up submissions of every kind.
+"""The grader (`python3 tools/book.py grade SUBMISSIONS/`) on made-up submissions of every kind,
+honest and hostile, graded by the real grader (sandbox and all) in one shared run with -j 2.
 
-The chapter is the exercise part of 05_euler_lagrange (its two checked exercises, with their real
-checks) behind a one-line import cell, so that each submission runs in seconds. Students: one
-correct (the solutions pasted back into the student notebook), one untouched (stubs only), one
-wrong answer, one that crashes (an exception, a syntax error, a cell that kills the kernel), one
-that loops forever (in a cell and inside an answer), one that deletes every file it can reach in
-its working directory, one that calls the function the exercise forbids.
+The book is the exercise parts of 05_euler_lagrange (three checked exercises) and 01_softmax
+(two; the first forbids torch.logsumexp) behind a one-line import cell, so that each submission
+runs in seconds. Honest students: correct, untouched stubs, a wrong answer, crashes, endless
+loops, a cell that deletes every file it can reach, a forbidden function, exit() half-way, a
+stale second notebook, a symbolic link, names that a spreadsheet or a file system would mangle.
+Attackers (stub answers, every one must earn 0 and be flagged): the ones issue 23 lists.
 """
 
 from __future__ import annotations
 
 import csv
+import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from conftest import BOOK
-from softmaxbook.exercises.grade import grade_submissions
+from conftest import BOOK, ROOT
+from softmaxbook.exercises.grade import csv_cell, grade_submissions, student_key
+from softmaxbook.exercises.sandbox import bwrap_path
 from softmaxbook.exercises.student import make_student_notebook
 
-# Every test here shares one grading run (about a minute on an idle 2-core machine).
 pytestmark = pytest.mark.slow
 
 CHAPTER = "05_euler_lagrange"
-RESIDUAL = "5.4 variational-ex-residual"  # gradebook columns: "<number> <label>"
-BELTRAMI = "5.5 variational-ex-beltrami-code"
-MAXENT = "5.6 variational-ex-maxent"
+CH1 = "01_softmax"
+RESIDUAL = "variational-residual"  # check labels
+BELTRAMI = "variational-beltrami"
+MAXENT = "variational-maxent"
+LSE = "softmax-stable-lse"
+CE = "softmax-cross-entropy"
 
 
-def small_chapter() -> nbformat.NotebookNode:
-    """The chapter's exercises section behind a minimal first cell."""
-    full = nbformat.read(BOOK / f"{CHAPTER}.ipynb", as_version=4)
+
+def small_chapter(chapter: str = CHAPTER, stop_after: str | None = None) -> nbformat.NotebookNode:
+    """The chapter's exercises section behind a minimal first cell (up to the check cell of
+    ``stop_after``, if given)."""
+    full = nbformat.read(BOOK / f"{chapter}.ipynb", as_version=4)
     start = next(i for i, c in enumerate(full.cells)
                  if c.cell_type == "markdown" and "## Exercises" in c.source)
+    end = len(full.cells)
+    if stop_after:
+        end = next(i for i, c in enumerate(full.cells) if c.cell_type == "code"
+                   and f'check("{stop_after}"' in c.source) + 1
     first = nbformat.v4.new_code_cell("import torch\n\nfrom softmaxbook.exercises import check")
-    full.cells = [full.cells[0], first] + full.cells[start:]
+    full.cells = [full.cells[0], first] + full.cells[start:end]
     return full
 
 
@@ -50,7 +64,7 @@ def with_answers(student, answers: list[str | None]):
     """The student notebook with its stub cells replaced by ``answers`` (None keeps the stub)."""
     nb = nbformat.reads(nbformat.writes(student), as_version=4)
     stubs = [c for c in nb.cells if "exercise-stub" in c.metadata.get("tags", [])]
-    assert len(stubs) == len(answers) == 3  # residual, Beltrami, maxent
+    assert len(stubs) == len(answers)
     for cell, answer in zip(stubs, answers):
         if answer is not None:
             cell.source = answer
@@ -59,6 +73,11 @@ def with_answers(student, answers: list[str | None]):
 
 def insert_cell(nb, source: str, position: int = 2):
     nb.cells.insert(position, nbformat.v4.new_code_cell(source))
+    return nb
+
+
+def append_cell(nb, source: str):
+    nb.cells.append(nbformat.v4.new_code_cell(source))
     return nb
 
 
@@ -98,109 +117,362 @@ for root in (".", ".."):
 print(os.listdir("."))
 '''
 
+# ---- attacks: each runs before the check cells, the answers stay stubs -------------------------
+ATTACKS = {
+    # the registry: every check accepts anything
+    "att_registry": '''import softmaxbook.exercises as E
+for key, ex in list(E._REGISTRY.items()):
+    E._REGISTRY[key] = E._Exercise(ex.label, ex.title, lambda answer: 3)
+''',
+    # the fail helper never fails
+    "att_fail": '''from softmaxbook import exercises
+exercises._fail = lambda *args, **kwargs: None
+import softmaxbook.exercises.variational as V
+V.expect_close = V.expect_true = lambda *args, **kwargs: None
+''',
+    # every comparison is true
+    "att_allclose": '''import torch
+torch.allclose = lambda *args, **kwargs: True
+torch.equal = lambda *args, **kwargs: True
+''',
+    # a fake exercises package in sys.modules
+    "att_sysmodules": '''import sys, types
+fake = types.ModuleType("softmaxbook.exercises")
+fake.check = lambda *args, **kwargs: True
+fake.ExerciseCheckFailed = AssertionError
+sys.modules["softmaxbook.exercises"] = fake
+''',
+    # the grader's own objects in the student's process, rebound
+    "att_rebind": '''import softmaxbook.exercises.sandbox_runner as R
+import softmaxbook.exercises as E
+E.check = lambda *args, **kwargs: True
+R.Recorder.__call__ = lambda self, *a, **k: __import__("torch").zeros(7)
+''',
+    # stdout filtered so that failures read as passes
+    "att_stdout": '''import sys
+class Filter:
+    def __init__(self, s): self.s = s
+    def write(self, t): return self.s.write(t.replace("failed", "passed")
+                                             .replace("error", "passed"))
+    def flush(self): self.s.flush()
+sys.stdout = Filter(sys.stdout)
+''',
+    # the solutions from disk: the package's path leads to book/
+    "att_solutions": '''import json, pathlib, softmaxbook
+found = []
+package = pathlib.Path(softmaxbook.__file__).resolve()
+for p in [package.parents[2] / "book" / "05_euler_lagrange.ipynb",
+          pathlib.Path("BOOK") / "05_euler_lagrange.ipynb"]:
+    if p.exists():
+        try:
+            nb = json.loads(p.read_text())
+        except Exception:
+            continue
+        for c in nb["cells"]:
+            if "solution" in c.get("metadata", {}).get("tags", []):
+                exec("".join(c["source"]))
+                found.append(str(p))
+print("found", found)
+''',
+    # a classmate's notebook, found through the grader's command line in /proc
+    "att_proc": '''import glob, json, os, re
+stolen = []
+for f in glob.glob("/proc/*/cmdline") + glob.glob("/proc/*/environ"):
+    try:
+        text = open(f, "rb").read().replace(b"\\0", b" ").decode()
+    except Exception:
+        continue
+    for path in re.findall(r"(/\\S*SUBMISSIONS\\S*)", text) + ["SUBS"]:
+        for nbp in glob.glob(os.path.join(path, "ada", "*.ipynb")):
+            nb = json.load(open(nbp))
+            for c in nb["cells"]:
+                if c["cell_type"] == "code" and "def residual" in "".join(c["source"]):
+                    exec("".join(c["source"]))
+                    stolen.append(nbp)
+print("stolen", stolen)
+''',
+    # torch's dispatch switched off: the forbidden function used anyway (chapter 1)
+    "att_dispatch": None,
+    # a detached process that outlives the notebook and rewrites the gradebook
+    "att_detached": '''import subprocess, sys
+code = """
+import os, time, glob
+for _ in range(60):
+    for p in glob.glob("GRADES/**/*", recursive=True) + glob.glob("SUBS/**/*.ipynb",
+                                                                recursive=True):
+        try:
+            open(p, "w").write("=HYPERLINK(1)")
+        except Exception:
+            pass
+    try:
+        open("GRADES/gradebook.csv", "w").write("student,passed\\\\natt_detached,99\\\\n")
+    except Exception:
+        pass
+    time.sleep(0.5)
+"""
+subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+''',
+    # kills its parent (and everything else it can)
+    "att_kill": '''import os, signal
+try:
+    os.kill(-1, signal.SIGKILL)
+except Exception:
+    pass
+os.kill(os.getppid(), signal.SIGKILL)
+''',
+}
+
+LSE_WITH_DISPATCH_OFF = '''import torch
+
+
+def stable_logsumexp(x):
+    with torch._C.DisableTorchFunction():
+        return torch.logsumexp(x, dim=-1)
+'''
+
+LSE_METHOD = '''def stable_logsumexp(x):
+    return x.logsumexp(-1)
+'''
+
+
+def _need_bwrap():
+    if bwrap_path() is None:
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail("bubblewrap (bwrap) is missing: CI must grade in a sandbox")
+        pytest.skip("bubblewrap (bwrap) is not installed: the grader refuses without it")
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
+    _need_bwrap()
     base = tmp_path_factory.mktemp("grading")
     book = base / "book"
     book.mkdir()
     full = small_chapter()
     nbformat.write(full, book / f"{CHAPTER}.ipynb")
+    full1 = small_chapter(CH1, stop_after=CE)
+    nbformat.write(full1, book / f"{CH1}.ipynb")
     (base / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nparts:\n  - caption: C\n"
-                                   "    numbered: true\n    chapters:\n" + "".join(
-                                       f"      - file: book/0{k}_x\n" for k in range(1, 5))
+                                   "    numbered: true\n    chapters:\n"
+                                   f"      - file: book/{CH1}\n" + "".join(
+                                       f"      - file: book/0{k}_x\n" for k in range(2, 5))
                                    + f"      - file: book/{CHAPTER}\n")
-    for k in range(1, 5):  # chapters 1-4 of the toc, so that this one is chapter 5
-        nbformat.write(nbformat.v4.new_notebook(), book / f"0{k}_x.ipynb")
     student = make_student_notebook(full, chapter=CHAPTER)
+    student1 = make_student_notebook(full1, chapter=CH1)
     good = solutions(full)
+    good1 = solutions(full1)
     subs = base / "SUBMISSIONS"
+    out = base / "grades"
     kinds = {
         "ada": with_answers(student, good),
         "bob": with_answers(student, [None, None, None]),
         "cyd": with_answers(student, [WRONG_SIGN, good[1], good[2]]),
         "dan": insert_cell(insert_cell(with_answers(student, [good[0], good[1], "def maxent(:\n"]),
                                        "1 / 0"), "import os\nos._exit(1)"),
-        "eve": insert_cell(with_answers(student, [LOOPING, good[1], good[2]]), "while True:\n    pass"),
+        "eve": insert_cell(with_answers(student, [LOOPING, good[1], good[2]]),
+                           "while True:\n    pass"),
         "fay": insert_cell(with_answers(student, good), DELETE_ALL, position=3),
+        # exit() after the answers: the checks still run on them, nothing is blamed
+        "hal": append_cell(append_cell(with_answers(student, good), "exit()"), "1 / 0"),
     }
+    for name, source in ATTACKS.items():
+        if source is None:
+            continue
+        source = source.replace("GRADES", str(out)).replace("SUBS", str(subs)).replace(
+            "BOOK", str(book))
+        kinds[name] = insert_cell(with_answers(student, [None, None, None]), source)
     for name, nb in kinds.items():
         (subs / name).mkdir(parents=True)
         nbformat.write(nb, subs / name / f"{CHAPTER}.ipynb")
         (subs / name / "notes.txt").write_text("keep me")
+    # chapter 1: the forbidden function behind switched-off dispatch; as a tensor method
+    (subs / "att_dispatch").mkdir()
+    nbformat.write(with_answers(student1, [LSE_WITH_DISPATCH_OFF, good1[1]]),
+                   subs / "att_dispatch" / f"{CH1}.ipynb")
+    (subs / "kim").mkdir()
+    nbformat.write(with_answers(student1, [LSE_METHOD, good1[1]]), subs / "kim" / f"{CH1}.ipynb")
     # one student hands in a single notebook, named after themselves
     nbformat.write(with_answers(student, [FORBIDDEN, good[1], good[2]]), subs / "gus.ipynb")
-    before = sorted(p.relative_to(subs) for p in subs.rglob("*"))
-    out = base / "grades"
+    # a stale copy beside the real notebook: a conflict, not a silent winner
+    (subs / "ivy").mkdir()
+    nbformat.write(with_answers(student, good), subs / "ivy" / f"{CHAPTER}.ipynb")
+    nbformat.write(with_answers(student, [None, None, None]),
+                   subs / "ivy" / f"{CHAPTER}_old.ipynb")
+    # a symbolic link to a classmate's notebook
+    os.symlink(subs / "ada" / f"{CHAPTER}.ipynb", subs / "jon.ipynb")
+    # names: a spreadsheet formula, two that sanitise alike
+    for name in ("=1+2", "lee mo", "lee_mo"):
+        (subs / name).mkdir()
+        nbformat.write(with_answers(student, [None, good[1], None]),
+                       subs / name / f"{CHAPTER}.ipynb")
+    before = {p: (p.read_bytes() if p.is_file() else None)
+              for p in sorted(subs.rglob("*")) if not p.is_symlink()}
     t0 = time.monotonic()
-    grades = grade_submissions(subs, book, out, toc_root=base, cell_timeout=10, check_timeout=5,
-                               notebook_timeout=120, log=lambda *_: None)
+    results = grade_submissions(subs, book, out, toc_root=base, cell_timeout=10,
+                                check_timeout=10, notebook_timeout=120, jobs=2,
+                                log=lambda *_: None)
     seconds = time.monotonic() - t0
+    gradebook = (out / "gradebook.csv").read_text()
+    time.sleep(3)  # a detached process would have rewritten it by now
     with open(out / "gradebook.csv", newline="") as fh:
         rows = {r["student"]: r for r in csv.DictReader(fh)}
-    return dict(subs=subs, before=before, out=out, rows=rows, grades=grades, seconds=seconds)
+    return dict(subs=subs, before=before, out=out, rows=rows, results=results,
+                seconds=seconds, gradebook=gradebook, base=base, book=book)
+
+
+def status(graded, student, check):
+    for nb in graded["results"][student]["notebooks"]:
+        for r in nb["results"]:
+            if r["check"] == check:
+                return r["status"], r["message"]
+    return None, None
+
+
+def column(graded, check):
+    return next(k for k in next(iter(graded["rows"].values())) if k.endswith(" " + {
+        RESIDUAL: "variational-ex-residual", BELTRAMI: "variational-ex-beltrami-code",
+        MAXENT: "variational-ex-maxent", LSE: "softmax-stable-lse",
+        CE: "softmax-cross-entropy"}.get(check, check)))
+
+
+def feedback(graded, student):
+    return (graded["out"] / "feedback" / f"{student_key(student)}.md").read_text()
 
 
 def test_every_student_is_graded(graded):
-    assert set(graded["rows"]) == {"ada", "bob", "cyd", "dan", "eve", "fay", "gus"}
-    assert set(graded["rows"]["ada"]) == {"student", RESIDUAL, MAXENT, BELTRAMI, "passed",
-                                          "checked", "problems"}
-    for name in graded["rows"]:
-        assert (graded["out"] / "feedback" / f"{name}.md").is_file()
-        assert list((graded["out"] / "executed" / name).glob("*.ipynb"))
+    names = set(graded["rows"])
+    assert {"ada", "bob", "cyd", "dan", "eve", "fay", "gus", "hal", "ivy", "jon", "kim",
+            "'=1+2", "lee mo", "lee_mo"} | set(ATTACKS) <= names
+    for name in graded["results"]:
+        assert (graded["out"] / "feedback" / f"{student_key(name)}.md").is_file()
+        assert (graded["out"] / "results" / f"{student_key(name)}.json").is_file()
 
 
 def test_correct_submission_passes(graded):
     row = graded["rows"]["ada"]
-    assert row[RESIDUAL] == "passed" and row[MAXENT] == "passed" and row[BELTRAMI] == "passed"
-    assert row["passed"] == "3" and row["checked"] == "3" and row["problems"] == "0"
+    assert [row[column(graded, c)] for c in (RESIDUAL, BELTRAMI, MAXENT)] == ["ok"] * 3
+    assert row["passed"] == "3" and row["problems"] == "0" and row["flagged"] == ""
+    assert row["points"] == "3"
+    # the assignment is both chapters: the chapter not handed in counts as not submitted
+    assert row[column(graded, LSE)] == "absent" and row["max points"] == "5"
+    assert "(by hand)" in ",".join(graded["rows"]["ada"])  # blank columns, graded by hand
 
 
 def test_stubs_fail_with_what_to_do(graded):
     row = graded["rows"]["bob"]
-    assert "NotImplementedError" in row[RESIDUAL] and "NotImplementedError" in row[MAXENT]
-    assert row["passed"] == "0"
+    assert row[column(graded, RESIDUAL)] == "stub" and row["passed"] == "0"
+    assert "NotImplementedError" in status(graded, "bob", RESIDUAL)[1]
 
 
 def test_wrong_answer_fails_with_the_input(graded):
-    row = graded["rows"]["cyd"]
-    assert row[MAXENT] == "passed"
-    assert row[RESIDUAL].startswith("for input f = ") and "expected residual" in row[RESIDUAL]
-    feedback = (graded["out"] / "feedback" / "cyd.md").read_text()
-    assert "Hint:" in feedback and "Exercise 5.4 (`variational-ex-residual`): not yet right" in \
-        feedback
+    assert status(graded, "cyd", MAXENT)[0] == "passed"
+    st, msg = status(graded, "cyd", RESIDUAL)
+    assert st == "failed" and "for input f = " in msg and "expected residual" in msg
+    text = feedback(graded, "cyd")
+    assert "Hint:" in text and "Exercise 5.4 (`variational-ex-residual`): not yet right" in text
 
 
 def test_crashing_notebook_is_graded(graded):
-    row = graded["rows"]["dan"]
-    assert row[RESIDUAL] == "passed", "the cells after the crashes still ran"
-    assert "not defined" in row[MAXENT] and "SyntaxError" in row[MAXENT], row[MAXENT]
-    feedback = (graded["out"] / "feedback" / "dan.md").read_text()
-    assert "stopped the Python kernel" in feedback and "ZeroDivisionError" in feedback
+    assert status(graded, "dan", RESIDUAL)[0] == "passed", "the cells after the crashes ran"
+    st, msg = status(graded, "dan", MAXENT)
+    assert st == "missing" and "not defined" in msg and "SyntaxError" in msg, msg
+    text = feedback(graded, "dan")
+    assert "stopped the Python process" in text and "ZeroDivisionError" in text
 
 
 def test_endless_loops_are_stopped(graded):
-    row = graded["rows"]["eve"]
-    assert row[RESIDUAL].startswith("timed out") and row[MAXENT] == "passed"
-    feedback = (graded["out"] / "feedback" / "eve.md").read_text()
-    assert "did not finish within 10 s" in feedback
+    assert status(graded, "eve", RESIDUAL)[0] == "timeout"
+    assert status(graded, "eve", MAXENT)[0] == "passed"
+    assert "did not finish within 10 s" in feedback(graded, "eve")
 
 
 def test_deleting_files_touches_only_a_copy(graded):
-    row = graded["rows"]["fay"]
-    assert row[RESIDUAL] == "passed" and row[MAXENT] == "passed"
-    after = sorted(p.relative_to(graded["subs"]) for p in graded["subs"].rglob("*"))
-    assert after == graded["before"]
+    assert status(graded, "fay", RESIDUAL)[0] == "passed"
     assert (graded["subs"] / "fay" / "notes.txt").read_text() == "keep me"
 
 
 def test_forbidden_function_fails_the_exercise(graded):
-    row = graded["rows"]["gus"]
-    assert "calls softmaxbook.variational.el_residual" in row[RESIDUAL]
-    assert row[MAXENT] == "passed"
+    st, msg = status(graded, "gus", RESIDUAL)
+    assert st == "failed" and "calls softmaxbook.variational.el_residual" in msg
+    assert status(graded, "gus", MAXENT)[0] == "passed"
+    # the sandbox's runtime guard catches a tensor method
+    st, msg = status(graded, "kim", LSE)
+    assert st == "failed" and "torch.logsumexp" in msg, msg
+    assert status(graded, "kim", CE)[0] == "passed"
+
+
+def test_exit_ends_the_notebook_cleanly(graded):
+    row = graded["rows"]["hal"]
+    assert row["passed"] == "3", row
+    text = feedback(graded, "hal")
+    assert "ended the notebook (exit())" in text and "ZeroDivisionError" not in text
+    assert text.count("code cell") == 1, text
+
+
+def test_two_notebooks_for_one_chapter_are_a_conflict(graded):
+    row = graded["rows"]["ivy"]
+    assert row[column(graded, RESIDUAL)] == "conflict" and row["passed"] == "0"
+    assert "more than one notebook for chapter" in feedback(graded, "ivy")
+
+
+def test_symbolic_links_are_refused(graded):
+    row = graded["rows"]["jon"]
+    assert row["passed"] == "0"
+    assert "symbolic link" in feedback(graded, "jon")
+
+
+def test_names_are_escaped_and_unique(graded):
+    assert graded["rows"]["'=1+2"]["passed"] == "1"
+    assert "\n=" not in graded["gradebook"] and ",=" not in graded["gradebook"]
+    assert csv_cell("-3") == "'-3" and csv_cell("@x") == "'@x" and csv_cell("ada") == "ada"
+    keys = {student_key(n) for n in ("lee mo", "lee_mo", "=1+2", "ada")}
+    assert len(keys) == 4
+    assert "# Feedback for lee mo" in feedback(graded, "lee mo")
+    assert "# Feedback for lee_mo" in feedback(graded, "lee_mo")
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_attacks_earn_nothing_and_are_flagged(graded, attack):
+    row = graded["rows"][attack]
+    assert row["points"] == "0" and row["passed"] == "0", row
+    assert row["flagged"] == "yes", (row, feedback(graded, attack))
+
+
+def test_sandbox_hides_the_host(graded):
+    """The attacks that looked for files found nothing (their output is in the executed
+    notebook); the detached process changed nothing, the submissions are intact."""
+    executed = graded["out"] / "executed"
+    assert "found []" in (executed / "att_solutions" / f"{CHAPTER}.ipynb").read_text()
+    assert "stolen []" in (executed / "att_proc" / f"{CHAPTER}.ipynb").read_text()
+    assert (graded["out"] / "gradebook.csv").read_text() == graded["gradebook"]
+    for p, content in graded["before"].items():
+        assert p.exists() and (content is None or p.read_bytes() == content), p
+
+
+def test_killing_the_parent_costs_nobody_else(graded):
+    assert graded["rows"]["att_kill"]["passed"] == "0"
+    assert graded["rows"]["ada"]["passed"] == "3"  # graded beside it, in parallel
+
+
+def test_rerun_resumes(graded):
+    """A rerun keeps every unchanged student's result file and regrades a changed one."""
+    out, subs = graded["out"], graded["subs"]
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "results").glob("*.json")}
+    nb = nbformat.read(subs / "bob" / f"{CHAPTER}.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("x = 1"))
+    nbformat.write(nb, subs / "bob" / f"{CHAPTER}.ipynb")
+    logs = []
+    grade_submissions(subs, graded["book"], out, toc_root=graded["base"], cell_timeout=10,
+                      check_timeout=10, notebook_timeout=120, jobs=2, log=logs.append)
+    after = {p.name: p.stat().st_mtime_ns for p in (out / "results").glob("*.json")}
+    changed = {n for n in after if after[n] != before.get(n)}
+    assert changed == {"bob.json"}, changed
+    assert sum("result kept" in m for m in logs) == len(before) - 1
 
 
 def test_missing_chapter_and_unknown_notebook(tmp_path):
+    _need_bwrap()
     subs = tmp_path / "subs"
     (subs / "hal").mkdir(parents=True)
     nbformat.write(nbformat.v4.new_notebook(), subs / "hal" / "scratch.ipynb")
@@ -208,8 +480,8 @@ def test_missing_chapter_and_unknown_notebook(tmp_path):
     book.mkdir()
     nbformat.write(small_chapter(), book / f"{CHAPTER}.ipynb")
     grade_submissions(subs, book, tmp_path / "out", log=lambda *_: None)
-    feedback = (tmp_path / "out" / "feedback" / "hal.md").read_text()
-    assert "no chapter of the book matches" in feedback
+    text = (tmp_path / "out" / "feedback" / "hal.md").read_text()
+    assert "no chapter of the book matches" in text
 
 
 def test_bad_arguments(tmp_path):
@@ -219,16 +491,42 @@ def test_bad_arguments(tmp_path):
 
 def test_command_line(tmp_path):
     """`python -m softmaxbook.exercises.grade` (what `book.py grade` runs) writes its outputs;
-    a notebook of no chapter is graded without starting a kernel."""
+    --chapters fixes the columns; a notebook of no chapter is graded without a sandbox run."""
     from softmaxbook.exercises.grade import main
 
+    _need_bwrap()
     subs = tmp_path / "subs"
     subs.mkdir()
     nbformat.write(nbformat.v4.new_notebook(), subs / "ivy.ipynb")
     book = tmp_path / "book"
     book.mkdir()
     nbformat.write(small_chapter(), book / f"{CHAPTER}.ipynb")
-    assert main([str(subs), "--book", str(book), "--out", str(tmp_path / "out")]) == 0
-    assert (tmp_path / "out" / "gradebook.csv").read_text().startswith("student,")
+    assert main([str(subs), "--book", str(book), "--out", str(tmp_path / "out"),
+                 "--chapters", CHAPTER, "--points", f"{RESIDUAL}=2"]) == 0
+    text = (tmp_path / "out" / "gradebook.csv").read_text()
+    assert text.startswith("student,") and "variational-ex-residual" in text
+    assert text.splitlines()[1].split(",")[-6:-4] == ["0", "4"]  # points, max points
     with pytest.raises(SystemExit):
         main([str(subs), "--book", str(book), "--cell-timeout", "0"])
+
+
+def test_refuses_without_bubblewrap(tmp_path):
+    """No bwrap on PATH: the grader says so and refuses, unless --unsafe."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    book = tmp_path / "book"
+    book.mkdir()
+    nbformat.write(small_chapter(), book / f"{CHAPTER}.ipynb")
+    env = dict(os.environ, PATH=str(tmp_path))
+    cmd = [sys.executable, "-m", "softmaxbook.exercises.grade", str(subs), "--book", str(book),
+           "--out", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2 and "bubblewrap" in proc.stderr, proc.stderr
+    proc = subprocess.run(cmd + ["--unsafe"], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and "WITHOUT a sandbox" in proc.stderr, proc.stderr
+
+
+def test_bwrap_is_here_in_ci():
+    """CI must grade in a sandbox: bubblewrap has to be installed there."""
+    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+        assert bwrap_path() is not None, "install bubblewrap (apt-get install bubblewrap)"

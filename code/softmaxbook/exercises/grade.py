@@ -1,7 +1,6 @@
-"""Grade submitted student notebooks: run each in a fresh kernel, run the book's checks on it,
-write a gradebook and a feedback file per student.
+"""Grade submitted student notebooks: each runs in a sandbox; every verdict is decided outside it.
 
-    python -m softmaxbook.exercises.grade SUBMISSIONS --book book --out _build/grades
+    python -m softmaxbook.exercises.grade SUBMISSIONS --book book --out _build/grades [-j 2]
     (or: python3 tools/book.py grade SUBMISSIONS)
 
 ``SUBMISSIONS`` holds one folder per student with that student's notebooks
@@ -9,122 +8,62 @@ write a gradebook and a feedback file per student.
 (``SUBMISSIONS/ada.ipynb``). A notebook's chapter is read from the metadata the student export
 writes, else from its file name, else from the checks it calls.
 
-For every submitted notebook:
+Two processes, one trusted (see ``book/instructors.md`` for what this protects against):
 
-* the student's folder is copied to a temporary working directory and the notebook runs there, in
-  a fresh kernel, cell by cell, errors allowed: a notebook that deletes or writes files only
-  touches the copy;
-* a cell that runs longer than ``cell_timeout`` seconds, or kills its kernel, is recorded and
-  skipped: the kernel is started again and the other cells are run again without it (so a loop in
-  one cell costs the student that cell, not the whole notebook); the whole run stops executing
-  cells after ``notebook_timeout`` seconds;
-* then, in that kernel, the grader calls the book's ``check(label, answer)`` for every
-  auto-checked exercise of the chapter, with the check label and the answer's name taken from the
-  book's own notebook (not from the submission, whose check cells may be edited or deleted), each
-  under a time limit;
-* forbidden shortcuts are reported by the checks themselves (``call(..., forbid=...)``): the
-  exercise fails with the check's message.
+* the student's notebook runs in a bubblewrap sandbox (:mod:`.sandbox`): its code cells, then,
+  for every auto-checked exercise, the book's check with the student's answer wrapped so that
+  each call's result is recorded *as data* (:mod:`.sandbox_runner`);
+* the grader (this process) loads those results with ``torch.load(weights_only=True)`` and runs
+  the same check again on its own inputs with the recorded results (:mod:`.replay`): the
+  comparisons and the verdict never run in the student's process. A static scan of the code the
+  student wrote (:mod:`.scan`) flags tampering and the use of forbidden functions, which the
+  runtime guard inside the sandbox alone cannot promise.
 
-Outputs in ``--out``: ``gradebook.csv`` (one row per student, one column per auto-checked
-exercise: ``passed`` or the reason, then the number passed and checked), ``feedback/<student>.md``
-(the full messages, the exercises graded by hand, the problems met while running the notebook)
-and ``executed/<student>/<notebook>`` (the notebook with its outputs).
+Without bubblewrap the grader refuses to run unless told ``--unsafe`` (then the notebook runs as a
+plain process of the grader's user, with a fresh environment and resource limits only).
 
-The grader guards against accidents (loops, crashes, files deleted in the working directory),
-not against deliberate cheating: the submission's code runs with the grader's permissions.
+Outputs in ``--out``: ``results/<student>.json`` (one per student, written atomically as soon as
+that student is graded; a rerun reuses those whose submission has not changed), then, assembled
+from them, ``gradebook.csv`` (short status codes, points), ``feedback/<student>.md`` (the full
+messages) and ``executed/<student>/<notebook>`` (the notebook with the text outputs of the cells
+that ran).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
 import re
-import shutil
-import signal
 import sys
-import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from . import ExerciseCheckFailed
-from . import check as _check  # bound when the kernel's set-up cell imports this module
 from .index import ExerciseInfo, notebook_exercises
 
-__all__ = ["Result", "TimeLimitExceeded", "grade_notebook", "grade_submissions", "main"]
+__all__ = ["Result", "grade_submissions", "main", "GRADER_VERSION", "student_key",
+           "csv_cell"]
 
-_MARK = "@@softmaxbook-grade@@"
+GRADER_VERSION = "2"
 PASSED = "passed"
 
-
-# ------------------------------------------------------------------------------------------------
-# In the kernel
-# ------------------------------------------------------------------------------------------------
-class TimeLimitExceeded(BaseException):  # not swallowed by `except Exception` in a learner's code
-    """Raised inside the kernel when a cell or a check runs past the grader's time limit."""
+#: the short codes of the gradebook
+CODES = {"passed": "ok", "failed": "wrong", "missing": "missing", "stub": "stub",
+         "timeout": "timeout", "error": "error", "not submitted": "absent", "conflict": "conflict",
+         "flagged": "FLAGGED", "forbidden": "forbidden", "tampered": "FLAGGED"}
 
 
-def _on_alarm(signum, frame):
-    raise TimeLimitExceeded("the grader's time limit")
-
-
-def _arm(seconds: float) -> None:
-    """Interrupt the next cell after ``seconds`` (a Python-level loop stops there; the grader's
-    own timeout, a little longer, restarts the kernel if the cell ignores this)."""
-    signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-
-
-def _disarm() -> None:
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)
-
-
-def _run_check(label: str, get_answer, timeout: float) -> None:
-    """Run ``check(label, get_answer())`` in the kernel and print the outcome as one marked JSON
-    line (the grader reads the last such line of the cell's output)."""
-    out: dict = {"label": label}
-    try:
-        answer = get_answer()
-    except NameError as err:
-        out.update(status="missing", message=f"no answer: {err}.")
-        print(_MARK + json.dumps(out))
-        return
-    except BaseException as err:  # noqa: BLE001 - report anything
-        out.update(status="error", message=f"evaluating the answer raised {type(err).__name__}: "
-                                           f"{err}")
-        print(_MARK + json.dumps(out))
-        return
-    old = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout)
-    try:
-        _check(label, answer)
-        out.update(status=PASSED, message="passed")
-    except TimeLimitExceeded:
-        out.update(status="timeout", message=f"the check did not finish within {timeout:g} s "
-                                             "(an endless loop?).")
-    except ExerciseCheckFailed as err:
-        message = str(err.args[0]) if err.args else str(err)
-        out.update(status="failed", message=message)
-    except BaseException as err:  # noqa: BLE001 - a crash of the check is a failed check
-        out.update(status="error", message=f"the check raised {type(err).__name__}: {err}")
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-    print(_MARK + json.dumps(out))
-
-
-# ------------------------------------------------------------------------------------------------
-# The grader
-# ------------------------------------------------------------------------------------------------
 @dataclass
 class Result:
     """The grade of one exercise: ``status`` is "passed", "failed", "missing", "timeout",
-    "error" or "not submitted"; ``message`` the full text for the feedback."""
+    "error", "forbidden", "flagged", "conflict" or "not submitted"; ``message`` the full text."""
 
     exercise: ExerciseInfo
     status: str
@@ -135,194 +74,23 @@ class Result:
         return self.status == PASSED
 
     def reason(self) -> str:
-        """One line for the gradebook: 'passed' or why not (the check's message without its
-        exercise prefix and hint)."""
+        """One line: 'passed' or why not (the check's message without its prefix and hint)."""
         if self.passed:
             return PASSED
         text = self.message.split("\nHint:", 1)[0]
         text = re.sub(r"^Exercise [\w-]+ \([^)]*\): ", "", text)
         text = " ".join(text.split())
-        prefix = {"failed": "", "missing": "", "timeout": "timed out: ", "error": "error: ",
-                  "not submitted": ""}.get(self.status, "")
+        prefix = {"timeout": "timed out: ", "error": "error: "}.get(self.status, "")
         return prefix + text
 
-
-@dataclass
-class NotebookGrade:
-    path: Path | None
-    chapter: str | None
-    results: list[Result] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    hand_graded: list[ExerciseInfo] = field(default_factory=list)
-    seconds: float = 0.0
+    def code(self) -> str:
+        if self.status == "failed" and "NotImplementedError" in self.message:
+            return CODES["stub"]
+        return CODES.get(self.status, self.status)
 
 
-def _grade_cell(ex: ExerciseInfo, timeout: float) -> nbformat.NotebookNode:
-    code = (f"__softmaxbook_grade._run_check({ex.check!r}, lambda: ({ex.answer}), "
-            f"{float(timeout)!r})")
-    return nbformat.v4.new_code_cell(code)
-
-
-_SETUP = "import softmaxbook.exercises.grade as __softmaxbook_grade"
-#: Seconds the grader waits beyond a time limit before it restarts a kernel that ignored the
-#: in-kernel interruption (a cell that catches BaseException in a loop, a long C call).
-_MARGIN = 20
-
-
-def _first_line(text: str) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text or "")
-    return (text.strip().splitlines() or [""])[0][:200]
-
-
-def grade_notebook(path: Path, exercises: list[ExerciseInfo], workdir: Path, *,
-                   cell_timeout: float = 120, check_timeout: float = 60,
-                   notebook_timeout: float = 900, kernel_name: str = "python3",
-                   executed_copy: Path | None = None) -> NotebookGrade:
-    """Run the notebook ``path`` in ``workdir`` and check every auto-checked exercise of
-    ``exercises`` (see the module docstring). Never raises for anything the notebook does."""
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    t0 = time.monotonic()
-    grade = NotebookGrade(path, exercises[0].chapter if exercises else None)
-    grade.hand_graded = [ex for ex in exercises if not ex.auto_checked]
-    checked = [ex for ex in exercises if ex.auto_checked]
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception as err:  # noqa: BLE001 - an unreadable file is graded, not fatal
-        msg = f"the notebook could not be read ({type(err).__name__}: {_first_line(str(err))})."
-        grade.problems.append(msg)
-        grade.results = [Result(ex, "error", msg) for ex in checked]
-        return grade
-    code_cells = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    skip: set[int] = set()
-    results: dict[str, Result] = {}
-    deadline = t0 + notebook_timeout
-    env = dict(os.environ, MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
-    stopped_for_time = False
-
-    def number(i: int) -> int:  # the cell's 1-based position among code cells
-        return code_cells.index(i) + 1
-
-    while True:
-        restart = False
-        client = NotebookClient(nb, timeout=cell_timeout, kernel_name=kernel_name,
-                                allow_errors=True, interrupt_on_timeout=False,
-                                shutdown_kernel="immediate",
-                                resources={"metadata": {"path": str(workdir)}})
-        try:
-            with client.setup_kernel(env=env, cwd=str(workdir)):
-                # importing torch in a fresh kernel may take a while on a busy machine
-                client.timeout = max(cell_timeout, 300)
-                client.execute_cell(nbformat.v4.new_code_cell(_SETUP), 0)
-                client.timeout = cell_timeout
-                for i in code_cells:
-                    if i in skip:
-                        nb.cells[i].outputs = []
-                        continue
-                    if stopped_for_time or time.monotonic() > deadline:
-                        if not stopped_for_time:
-                            grade.problems.append(
-                                f"the notebook ran past its time limit of {notebook_timeout:g} s: "
-                                f"code cell {number(i)} and later ones were not run.")
-                        stopped_for_time = True
-                        skip.add(i)
-                        continue
-                    try:
-                        client.execute_cell(nbformat.v4.new_code_cell(
-                            f"__softmaxbook_grade._arm({float(cell_timeout)!r})"), 0)
-                        client.timeout = cell_timeout + _MARGIN
-                        client.execute_cell(nb.cells[i], i)
-                        client.timeout = cell_timeout
-                        client.execute_cell(nbformat.v4.new_code_cell(
-                            "__softmaxbook_grade._disarm()"), 0)
-                        if any(o.get("ename") == "TimeLimitExceeded"
-                               for o in nb.cells[i].get("outputs", [])):
-                            grade.problems.append(f"code cell {number(i)} did not finish within "
-                                                  f"{cell_timeout:g} s and was stopped.")
-                    except CellTimeoutError:
-                        skip.add(i)
-                        grade.problems.append(f"code cell {number(i)} did not finish within "
-                                              f"{cell_timeout + _MARGIN:g} s, ignored the "
-                                              "interruption and was skipped.")
-                        restart = True
-                        break
-                    except DeadKernelError:
-                        skip.add(i)
-                        grade.problems.append(f"code cell {number(i)} stopped the Python kernel "
-                                              "and was skipped.")
-                        restart = True
-                        break
-                if restart:
-                    continue
-                for ex in checked:
-                    if ex.check in results:
-                        continue
-                    cell = _grade_cell(ex, check_timeout)
-                    client.timeout = check_timeout + _MARGIN  # the in-kernel alarm comes first
-                    try:
-                        client.execute_cell(cell, 0)
-                    except CellTimeoutError:
-                        results[ex.check] = Result(ex, "timeout", f"the check did not finish "
-                                                   f"within {check_timeout:g} s.")
-                        restart = any(e.check not in results for e in checked)
-                        break
-                    except DeadKernelError:
-                        results[ex.check] = Result(ex, "error", "the Python kernel died while "
-                                                   "the check ran your answer.")
-                        restart = any(e.check not in results for e in checked)
-                        break
-                    finally:
-                        client.timeout = cell_timeout
-                    results[ex.check] = _parse(ex, cell)
-        except Exception as err:  # noqa: BLE001 - the kernel could not start, and the like
-            grade.problems.append(f"the grader could not run the notebook: "
-                                  f"{type(err).__name__}: {_first_line(str(err))}")
-            for ex in checked:
-                results.setdefault(ex.check, Result(ex, "error", "the notebook could not be "
-                                                    "run."))
-            break
-        if not restart:
-            break
-    for i in code_cells:
-        for out in nb.cells[i].get("outputs", []):
-            if out.get("output_type") == "error" and out.get("ename") not in (
-                    "ExerciseCheckFailed", "NotImplementedError", "TimeLimitExceeded"):
-                grade.problems.append(f"code cell {number(i)} raised {out.get('ename')}: "
-                                      f"{_first_line(out.get('evalue', ''))}")
-    cell_problems = [(i, p) for p in grade.problems for i in code_cells
-                     if p.startswith(f"code cell {number(i)} ")]
-    errors = [(n, p) for n, p in cell_problems if " raised " in p or "did not finish" in p
-              or "skipped" in p]
-    for ex in checked:
-        r = results.get(ex.check) or Result(ex, "error", "the check was not run.")
-        if r.status == "missing" and errors:
-            # the problems of the cells that mention the answer first, then the others
-            name = re.escape(str(ex.answer))
-            mention = [p for n, p in errors if re.search(rf"\b{name}\b", nb.cells[n].source)]
-            shown = (mention + [p for _, p in errors if p not in mention])[:2]
-            r.message += " (" + "; ".join(e.rstrip(".") for e in shown) + ")"
-        grade.results.append(r)
-    grade.seconds = time.monotonic() - t0
-    if executed_copy is not None:
-        executed_copy.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, executed_copy)
-    return grade
-
-
-def _parse(ex: ExerciseInfo, cell) -> Result:
-    text = "".join(o.get("text", "") for o in cell.outputs
-                   if o.get("output_type") == "stream" and o.get("name") == "stdout")
-    lines = [ln for ln in text.splitlines() if ln.startswith(_MARK)]
-    if not lines:
-        err = next((o for o in cell.outputs if o.get("output_type") == "error"), None)
-        why = (f"{err.get('ename')}: {_first_line(err.get('evalue', ''))}" if err
-               else "no result")
-        return Result(ex, "error", f"the check could not be run ({why}).")
-    data = json.loads(lines[-1][len(_MARK):])
-    return Result(ex, data["status"], data["message"])
-
-
+# ------------------------------------------------------------------------------------------------
+# The book's side
 # ------------------------------------------------------------------------------------------------
 def _reference(book: Path, toc_root: Path | None) -> dict[str, list[ExerciseInfo]]:
     numbers: dict[str, int | None] = {}
@@ -336,13 +104,22 @@ def _reference(book: Path, toc_root: Path | None) -> dict[str, list[ExerciseInfo
     return ref
 
 
+def _pristine(book: Path, chapter: str) -> list[str]:
+    """The code cells of the student notebook the book hands out for ``chapter``."""
+    from .student import make_student_notebook
+
+    nb = make_student_notebook(nbformat.read(book / f"{chapter}.ipynb", as_version=4),
+                               chapter=chapter)
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
 def _chapter_of(path: Path, ref: dict[str, list[ExerciseInfo]]) -> str | None:
     try:
-        nb = nbformat.read(path, as_version=4)
+        nb = _read(path)
     except Exception:  # noqa: BLE001
         return path.stem if path.stem in ref else None
     meta = nb.metadata.get("softmaxbook", {}).get("chapter")
-    if meta in ref:
+    if isinstance(meta, str) and meta in ref:
         return meta
     if path.stem in ref:
         return path.stem
@@ -355,28 +132,315 @@ def _chapter_of(path: Path, ref: dict[str, list[ExerciseInfo]]) -> str | None:
     return None
 
 
-def _students(submissions: Path) -> dict[str, list[Path]]:
+_MAX_NOTEBOOK = 50 * 1024 * 1024
+
+
+def _read(path: Path):
+    if path.stat().st_size > _MAX_NOTEBOOK:
+        raise ValueError(f"the file is larger than {_MAX_NOTEBOOK // 2**20} MB")
+    return nbformat.read(path, as_version=4)
+
+
+# ------------------------------------------------------------------------------------------------
+# Submissions
+# ------------------------------------------------------------------------------------------------
+def _safe(name: str) -> str:
+    return re.sub(r"[^\w.-]", "_", name).lstrip(".") or "_"
+
+
+def student_key(name: str) -> str:
+    """A file name for the student ``name``: the name itself when it is one already, else its
+    sanitised form plus a hash of the name (two names never share a key)."""
+    safe = _safe(name)[:80]
+    if safe == name:
+        return safe
+    return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
+
+
+def _students(submissions: Path) -> tuple[dict[str, list[Path]], dict[str, list[str]]]:
+    """({student: notebooks}, {student: problems}); symbolic links are refused, not followed."""
     out: dict[str, list[Path]] = {}
+    problems: dict[str, list[str]] = {}
     for entry in sorted(submissions.iterdir()):
         if entry.name.startswith("."):
             continue
+        name = entry.name if not entry.name.endswith(".ipynb") or entry.is_dir() else entry.stem
+        if entry.is_symlink():
+            out.setdefault(name, [])
+            problems.setdefault(name, []).append(
+                f"{entry.name} is a symbolic link: not graded (hand in the file itself).")
+            continue
         if entry.is_dir():
-            nbs = sorted(p for p in entry.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-            out[entry.name] = nbs
+            nbs = []
+            for root, dirs, files in os.walk(entry, followlinks=False):
+                dirs[:] = sorted(d for d in dirs if d != ".ipynb_checkpoints")
+                for f in sorted(files):
+                    p = Path(root) / f
+                    if not f.endswith(".ipynb"):
+                        continue
+                    if p.is_symlink():
+                        problems.setdefault(name, []).append(
+                            f"{p.relative_to(entry)} is a symbolic link: not graded.")
+                        continue
+                    nbs.append(p)
+            for d in [Path(r) / x for r, ds, _ in os.walk(entry) for x in ds]:
+                if d.is_symlink():
+                    problems.setdefault(name, []).append(
+                        f"{d.relative_to(entry)} is a symbolic link: not followed.")
+            out.setdefault(name, []).extend(nbs)
         elif entry.suffix == ".ipynb":
-            out.setdefault(entry.stem, []).append(entry)
-    return out
+            out.setdefault(name, []).append(entry)
+    return out, problems
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^\w.-]", "_", name) or "_"
+def _fingerprint(paths: list[Path], extra: str, submissions: Path) -> str:
+    """What a student's grade depends on: their notebooks and the files of their folder (a
+    notebook handed in directly in SUBMISSIONS: that file only), and the grader's settings."""
+    h = hashlib.sha256(extra.encode())
+    files: set[Path] = set()
+    for p in paths:
+        files.add(p)
+        if p.parent != submissions:
+            files.update(q for q in p.parent.rglob("*") if q.is_file() and not q.is_symlink())
+    for q in sorted(files):
+        h.update(str(q).encode())
+        if q.stat().st_size < 100 * 2**20:
+            h.update(q.read_bytes())
+    return h.hexdigest()
+
+
+def csv_cell(value) -> str:
+    """A CSV cell that a spreadsheet does not read as a formula."""
+    text = str(value)
+    if text[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + text
+    return text
+
+
+# ------------------------------------------------------------------------------------------------
+# One notebook
+# ------------------------------------------------------------------------------------------------
+_VERDICT_LOCK = threading.Lock()
+
+
+@dataclass
+class NotebookGrade:
+    path: Path | None
+    chapter: str | None
+    results: list[Result] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    hand_graded: list[ExerciseInfo] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _first_line(text: str) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text or "")
+    return (text.strip().splitlines() or [""])[0][:200]
+
+
+def grade_notebook(path: Path, exercises: list[ExerciseInfo], folder: Path | None, *,
+                   pristine: list[str], cell_timeout: float = 120, check_timeout: float = 60,
+                   notebook_timeout: float = 900, executed_copy: Path | None = None,
+                   unsafe: bool = False, bwrap: str | None = None, limits=None) -> NotebookGrade:
+    """Run the notebook ``path`` in a sandbox (``folder``, the student's folder, is copied as
+    its working directory) and decide every auto-checked exercise of ``exercises`` here."""
+    from . import replay, scan
+    from .sandbox import run_notebook
+
+    t0 = time.monotonic()
+    grade = NotebookGrade(path, exercises[0].chapter if exercises else None)
+    grade.hand_graded = [ex for ex in exercises if not ex.auto_checked]
+    checked = [ex for ex in exercises if ex.auto_checked]
+    try:
+        nb = _read(path)
+        code = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+                and isinstance(c.source, str)]
+        # the progress cell only repeats the checks for the student: not run when grading
+        code = [(i, src) for i, src in code if "exercise-progress" not in
+                nb.cells[i].get("metadata", {}).get("tags", [])]
+    except Exception as err:  # noqa: BLE001 - an unreadable file is graded, not fatal
+        msg = f"the notebook could not be read ({type(err).__name__}: {_first_line(str(err))})."
+        grade.problems.append(msg)
+        grade.results = [Result(ex, "error", msg) for ex in checked]
+        return grade
+    number = {i: k + 1 for k, (i, _) in enumerate(code)}
+    mine = scan.student_cells(code, pristine)
+    grade.flags = scan.notebook_flags(mine, number)
+    run = run_notebook(code, [{"label": ex.check, "answer": ex.answer} for ex in checked],
+                       folder, path.name, cell_timeout=cell_timeout,
+                       check_timeout=check_timeout, notebook_timeout=notebook_timeout,
+                       unsafe=unsafe, bwrap=bwrap, limits=limits)
+    for i, msg in run.problems:
+        grade.problems.append(f"code cell {number[i]} {msg}" if i in number else msg)
+    for i, _ in code:
+        info = run.cells.get(i)
+        if info and info.get("error") and isinstance(info["error"], list) and \
+                info["error"][0] not in ("ExerciseCheckFailed", "NotImplementedError"):
+            name, value = (str(x) for x in info["error"][:2])
+            if name == "TimeLimitExceeded":
+                grade.problems.append(f"code cell {number[i]} did not finish within "
+                                      f"{cell_timeout:g} s and was stopped.")
+            else:
+                grade.problems.append(f"code cell {number[i]} raised {name}: "
+                                      f"{_first_line(value)}")
+    if run.exited is not None:
+        grade.problems.append(f"code cell {number[run.exited]} ended the notebook (exit()); "
+                              "the cells after it were not run, the checks ran on what the cells "
+                              "before had defined.")
+    records = {}
+    if run.record is not None:
+        for entry in run.record.get("records", []) if isinstance(run.record.get("records"),
+                                                                  list) else []:
+            if isinstance(entry, dict) and isinstance(entry.get("label"), str):
+                records.setdefault(entry["label"], entry)
+    results: dict[str, Result] = {}
+    for ex in checked:
+        if ex.check in run.skipped_checks:
+            status = run.skipped_checks[ex.check]
+            results[ex.check] = Result(ex, status, f"the check did not finish within "
+                                       f"{check_timeout:g} s." if status == "timeout" else
+                                       "the Python process died while the check ran your "
+                                       "answer.")
+            continue
+        if run.record is None:
+            results[ex.check] = Result(ex, "error", "the notebook's run produced no results.")
+            continue
+        with _VERDICT_LOCK:
+            v = replay.verdict(ex.check, records.get(ex.check), check_timeout)
+        r = Result(ex, v.status, v.message)
+        if v.tampered:
+            r = Result(ex, "tampered", f"{v.message} ({v.tampered})")
+            grade.flags.append(f"Exercise {ex.numbered}: the results sent back by the notebook "
+                               f"do not match the check ({v.tampered}).")
+        elif v.status == PASSED and (v.forbidden_names or v.package_forbidden):
+            used = scan.answer_uses(mine, ex.answer or "", set(v.forbidden_names),
+                                    v.package_forbidden)
+            if used:
+                r = Result(ex, "forbidden", "the code of your answer uses "
+                           + ", ".join(used) + ", which this exercise forbids.")
+        results[ex.check] = r
+    errors = [p for p in grade.problems if p.startswith("code cell ")]
+    for ex in checked:
+        r = results[ex.check]
+        if r.status == "missing" and errors:
+            name = re.escape(str(ex.answer))
+            mention = [p for p in errors
+                       if re.search(rf"\b{name}\b", dict(code).get(_cell_of(p, number), ""))]
+            shown = (mention or errors)[:2]
+            r.message += " (" + "; ".join(e.rstrip(".") for e in shown) + ")"
+        grade.results.append(r)
+    if grade.flags:
+        grade.results = [r if r.status in ("tampered",) else Result(
+            r.exercise, "flagged", "not graded: the notebook was flagged for review ("
+            + grade.flags[0] + "); was: " + r.reason()) for r in grade.results]
+    grade.seconds = time.monotonic() - t0
+    if executed_copy is not None:
+        for i, c in enumerate(nb.cells):
+            if c.cell_type != "code":
+                continue
+            info = run.cells.get(i)
+            c.outputs = ([nbformat.v4.new_output("stream", name="stdout",
+                                                 text=info["output"])]
+                         if info and info.get("output") else [])
+            c.execution_count = None
+        executed_copy.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(executed_copy, nbformat.writes(nb))
+    return grade
+
+
+def _cell_of(problem: str, number: dict[int, int]) -> int | None:
+    m = re.match(r"code cell (\d+) ", problem)
+    if not m:
+        return None
+    k = int(m.group(1))
+    return next((i for i, n in number.items() if n == k), None)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------------
+# One student, all students
+# ------------------------------------------------------------------------------------------------
+def _result_json(student: str, grades: list[NotebookGrade], problems: list[str],
+                 fingerprint: str) -> dict:
+    return {
+        "version": GRADER_VERSION, "student": student, "fingerprint": fingerprint,
+        "problems": problems,
+        "notebooks": [{
+            "name": g.path.name if g.path else "?", "chapter": g.chapter,
+            "seconds": round(g.seconds, 1), "problems": g.problems, "flags": g.flags,
+            "hand_graded": [ex.check or ex.label for ex in g.hand_graded],
+            "results": [{"label": r.exercise.label, "check": r.exercise.check,
+                         "status": r.status, "message": r.message} for r in g.results],
+        } for g in grades],
+    }
+
+
+def _grade_student(student, paths, extra_problems, ref, pristine, submissions, opts, out, log):
+    by_chapter: dict[str, list[Path]] = {}
+    grades: list[NotebookGrade] = []
+    problems = list(extra_problems)
+    for path in paths:
+        chapter = _chapter_of(path, ref)
+        if chapter is None:
+            problems.append(f"{path.name}: no chapter of the book matches this notebook "
+                            "(by metadata, file name or check cells); not graded.")
+            continue
+        by_chapter.setdefault(chapter, []).append(path)
+    for chapter, cpaths in by_chapter.items():
+        if opts["chapters"] and chapter not in opts["chapters"]:
+            problems.append(f"{', '.join(p.name for p in cpaths)}: chapter {chapter} is not "
+                            "part of this assignment; not graded.")
+            continue
+        if len(cpaths) > 1:
+            g = NotebookGrade(None, chapter)
+            names = ", ".join(str(p.relative_to(submissions)) for p in cpaths)
+            msg = (f"more than one notebook for chapter {chapter} ({names}): none was graded. "
+                   "Hand in exactly one notebook per chapter.")
+            g.problems.append(msg)
+            g.results = [Result(ex, "conflict", msg) for ex in ref[chapter] if ex.auto_checked]
+            g.hand_graded = [ex for ex in ref[chapter] if not ex.auto_checked]
+            grades.append(g)
+            continue
+        path = cpaths[0]
+        folder = path.parent if path.parent != submissions else None
+        g = grade_notebook(path, ref[chapter], folder, pristine=pristine[chapter],
+                           cell_timeout=opts["cell_timeout"],
+                           check_timeout=opts["check_timeout"],
+                           notebook_timeout=opts["notebook_timeout"],
+                           executed_copy=out / "executed" / student_key(student) / path.name,
+                           unsafe=opts["unsafe"], bwrap=opts["bwrap"], limits=opts["limits"])
+        grades.append(g)
+        n_ok = sum(r.passed for r in g.results)
+        log(f"{student}: {path.name} ({chapter}): {n_ok}/{len(g.results)} checks passed "
+            f"in {g.seconds:.0f} s" + (" [FLAGGED]" if g.flags else ""))
+    return grades, problems
+
+
+def _load_result(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("version") == GRADER_VERSION else None
 
 
 def grade_submissions(submissions: Path, book: Path, out: Path, *, toc_root: Path | None = None,
                       cell_timeout: float = 120, check_timeout: float = 60,
-                      notebook_timeout: float = 900, log=print) -> dict[str, list[NotebookGrade]]:
-    """Grade every student in ``submissions`` against the chapters in ``book``; write the
-    gradebook, feedback files and executed notebooks to ``out``. Returns the grades."""
+                      notebook_timeout: float = 900, log=print, jobs: int = 1,
+                      unsafe: bool = False, chapters: list[str] | None = None,
+                      points: dict[str, float] | None = None, resume: bool = True,
+                      limits=None) -> dict[str, dict]:
+    """Grade every student in ``submissions`` against the chapters in ``book``; write one
+    result file per student as soon as it is graded, then the gradebook, feedback files and
+    executed notebooks, to ``out``. Returns {student: result} (the result files' content)."""
+    from .sandbox import bwrap_path
+
     submissions, book, out = Path(submissions), Path(book), Path(out)
     if not submissions.is_dir():
         raise ValueError(f"grade_submissions: argument 'submissions' must be a folder, got "
@@ -384,92 +448,158 @@ def grade_submissions(submissions: Path, book: Path, out: Path, *, toc_root: Pat
     if not book.is_dir():
         raise ValueError(f"grade_submissions: argument 'book' must be a folder, got {book}")
     ref = _reference(book, toc_root)
-    students = _students(submissions)
-    grades: dict[str, list[NotebookGrade]] = {}
+    if chapters:
+        unknown = [c for c in chapters if c not in ref]
+        if unknown:
+            raise ValueError(f"grade_submissions: argument 'chapters': {', '.join(unknown)} "
+                             f"not in {book} (chapters: {', '.join(ref)})")
+    bwrap = None if unsafe else bwrap_path()
+    if not unsafe and bwrap is None:
+        raise RuntimeError(
+            "bubblewrap (bwrap) is missing or cannot create a sandbox on this machine: the "
+            "grader refuses to run students' code without it. Install it (Debian/Ubuntu: "
+            "apt-get install bubblewrap) or, knowing that the notebooks then run with your "
+            "permissions, pass --unsafe.")
+    students, link_problems = _students(submissions)
+    pristine = {ch: (_pristine(book, ch) if any(ex.auto_checked for ex in ref[ch]) else [])
+                for ch in ref}
+    opts = dict(cell_timeout=cell_timeout, check_timeout=check_timeout,
+                notebook_timeout=notebook_timeout, unsafe=unsafe, bwrap=bwrap,
+                chapters=list(chapters or []), limits=limits)
+    (out / "results").mkdir(parents=True, exist_ok=True)
+    settings = json.dumps([GRADER_VERSION, cell_timeout, check_timeout, notebook_timeout,
+                           unsafe, sorted(chapters or []),
+                           sorted((p.stem, p.stat().st_mtime_ns) for p in book.glob("*.ipynb"))])
+    results: dict[str, dict] = {}
+    todo = []
     for student, paths in students.items():
-        grades[student] = []
-        for path in paths:
-            chapter = _chapter_of(path, ref)
-            if chapter is None:
-                g = NotebookGrade(path, None)
-                g.problems.append(f"{path.name}: no chapter of the book matches this notebook "
-                                  "(by metadata, file name or check cells); not graded.")
-                grades[student].append(g)
-                log(f"{student}: {path.name}: unknown chapter")
-                continue
-            with tempfile.TemporaryDirectory(prefix="softmaxbook-grade-") as tmp:
-                base = path.parent if path.parent != submissions else None
-                work = Path(tmp) / "work"
-                if base is not None:
-                    shutil.copytree(base, work, symlinks=True)
-                    local = work / path.relative_to(base)
-                else:
-                    work.mkdir()
-                    local = work / path.name
-                    shutil.copy2(path, local)
-                g = grade_notebook(local, ref[chapter], local.parent, cell_timeout=cell_timeout,
-                                   check_timeout=check_timeout, notebook_timeout=notebook_timeout,
-                                   executed_copy=out / "executed" / _safe(student) / path.name)
-            g.path = path
-            grades[student].append(g)
-            n_ok = sum(r.passed for r in g.results)
-            log(f"{student}: {path.name} ({chapter}): {n_ok}/{len(g.results)} checks passed "
-                f"in {g.seconds:.0f} s")
-    _write(grades, ref, out)
-    return grades
+        fp = _fingerprint(paths, settings + "\n".join(link_problems.get(student, [])),
+                          submissions)
+        target = out / "results" / f"{student_key(student)}.json"
+        old = _load_result(target) if resume else None
+        if old is not None and old.get("fingerprint") == fp and old.get("student") == student:
+            results[student] = old
+            log(f"{student}: unchanged since the last run, result kept")
+            continue
+        todo.append((student, paths, fp, target))
+
+    def work(item):
+        student, paths, fp, target = item
+        grades, problems = _grade_student(student, paths, link_problems.get(student, []), ref,
+                                          pristine, submissions, opts, out, log)
+        data = _result_json(student, grades, problems, fp)
+        _atomic_write(target, json.dumps(data, indent=1))
+        return student, data
+
+    if jobs <= 1:
+        for item in todo:
+            student, data = work(item)
+            results[student] = data
+    else:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for student, data in pool.map(work, todo):
+                results[student] = data
+    results = {s: results[s] for s in students if s in results}
+    write_gradebook(results, ref, out, chapters=chapters, points=points)
+    return results
 
 
-def _write(grades: dict[str, list[NotebookGrade]], ref: dict[str, list[ExerciseInfo]],
-           out: Path) -> None:
+# ------------------------------------------------------------------------------------------------
+# The gradebook, from the result files
+# ------------------------------------------------------------------------------------------------
+def write_gradebook(results: dict[str, dict], ref: dict[str, list[ExerciseInfo]], out: Path, *,
+                    chapters: list[str] | None = None,
+                    points: dict[str, float] | None = None) -> None:
+    """``gradebook.csv`` and ``feedback/<student>.md`` from the per-student results."""
     out.mkdir(parents=True, exist_ok=True)
-    chapters = sorted({g.chapter for gs in grades.values() for g in gs if g.chapter})
-    columns = [ex for ch in chapters for ex in ref[ch] if ex.auto_checked]
-    with open(out / "gradebook.csv", "w", newline="") as fh:
+    points = points or {}
+    if chapters:
+        cols_ch = list(chapters)
+    else:
+        cols_ch = sorted({nb["chapter"] for r in results.values() for nb in r["notebooks"]
+                          if nb.get("chapter") in ref})
+    columns = [ex for ch in cols_ch for ex in ref[ch]]
+    auto = [ex for ex in columns if ex.auto_checked]
+
+    def pts(ex):
+        return float(points.get(ex.check or ex.label, points.get(ex.label, 1.0)))
+
+    header = ["student"] + [f"{ex.numbered} {ex.label}" + ("" if ex.auto_checked else
+                                                           " (by hand)") for ex in columns]
+    header += ["points", "max points", "passed", "checked", "flagged", "problems"]
+    rows = []
+    for student, data in results.items():
+        by = {}
+        for nb in data["notebooks"]:
+            for r in nb["results"]:
+                by[r["check"]] = r
+        row, score, n_ok = [student], 0.0, 0
+        for ex in columns:
+            if not ex.auto_checked:
+                row.append("")
+                continue
+            r = by.get(ex.check)
+            if r is None:
+                row.append(CODES["not submitted"])
+                continue
+            res = Result(ex, r["status"], r["message"])
+            row.append(res.code())
+            if res.passed:
+                score += pts(ex)
+                n_ok += 1
+        flagged = sum(len(nb["flags"]) for nb in data["notebooks"])
+        problems = len(data["problems"]) + sum(len(nb["problems"]) for nb in data["notebooks"])
+        row += [f"{score:g}", f"{sum(pts(ex) for ex in auto):g}", n_ok, len(auto),
+                "yes" if flagged else "", problems]
+        rows.append(row)
+    tmp = out / ".gradebook.csv.tmp"
+    with open(tmp, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["student"] + [f"{ex.numbered} {ex.label}" for ex in columns]
-                   + ["passed", "checked", "problems"])
-        for student, gs in grades.items():
-            by = {r.exercise.check: r for g in gs for r in g.results}
-            row, n_ok = [student], 0
-            for ex in columns:
-                r = by.get(ex.check)
-                row.append(r.reason() if r else "not submitted")
-                n_ok += bool(r and r.passed)
-            problems = sum(len(g.problems) for g in gs)
-            w.writerow(row + [n_ok, len(columns), problems])
+        w.writerow([csv_cell(h) for h in header])
+        for row in rows:
+            w.writerow([csv_cell(v) for v in row])
+    os.replace(tmp, out / "gradebook.csv")
     fb = out / "feedback"
     fb.mkdir(exist_ok=True)
-    for student, gs in grades.items():
-        lines = [f"# Feedback for {student}", ""]
-        submitted = {g.chapter for g in gs}
-        for g in gs:
-            name = g.path.name if g.path else "?"
-            if g.chapter is None:
-                lines += [f"## {name}", ""] + [f"- {p}" for p in g.problems] + [""]
-                continue
-            n_ok = sum(r.passed for r in g.results)
-            lines += [f"## {name} (chapter {g.chapter})", "",
-                      f"Checked automatically: {n_ok} of {len(g.results)} passed.", ""]
-            for r in g.results:
-                ex = r.exercise
-                if r.passed:
-                    lines.append(f"- Exercise {ex.numbered} (`{ex.label}`): passed.")
-                else:
-                    lines += [f"- Exercise {ex.numbered} (`{ex.label}`): not yet right.", "",
-                              "  ```text"] + [f"  {ln}" for ln in r.message.splitlines()] + [
-                              "  ```"]
-            if g.hand_graded:
-                lines += ["", "Graded by hand: " + ", ".join(
-                    f"Exercise {ex.numbered} (`{ex.label}`, {ex.kind})" for ex in g.hand_graded)
-                    + "."]
-            if g.problems:
-                lines += ["", "Problems while running your notebook:", ""]
-                lines += [f"- {p}" for p in g.problems]
-            lines.append("")
-        for ch in chapters:
-            if ch not in submitted:
-                lines += [f"## {ch}", "", "Not submitted.", ""]
-        (fb / f"{_safe(student)}.md").write_text("\n".join(lines))
+    for student, data in results.items():
+        _atomic_write(fb / f"{student_key(student)}.md", _feedback(student, data, ref, cols_ch))
+
+
+def _feedback(student: str, data: dict, ref, chapters: list[str]) -> str:
+    exs = {ex.check: ex for ch in ref.values() for ex in ch if ex.check}
+    lines = [f"# Feedback for {student}", ""]
+    if data["problems"]:
+        lines += [f"- {p}" for p in data["problems"]] + [""]
+    submitted = set()
+    for nb in data["notebooks"]:
+        submitted.add(nb["chapter"])
+        n_ok = sum(r["status"] == PASSED for r in nb["results"])
+        lines += [f"## {nb['name']} (chapter {nb['chapter']})", "",
+                  f"Checked automatically: {n_ok} of {len(nb['results'])} passed.", ""]
+        if nb["flags"]:
+            lines += ["**Flagged for review** (no points until an instructor has looked):", ""]
+            lines += [f"- {f}" for f in nb["flags"]] + [""]
+        for r in nb["results"]:
+            ex = exs.get(r["check"])
+            num = ex.numbered if ex else "?"
+            if r["status"] == PASSED:
+                lines.append(f"- Exercise {num} (`{r['label']}`): passed.")
+            else:
+                lines += [f"- Exercise {num} (`{r['label']}`): not yet right.", "", "  ```text"]
+                lines += [f"  {ln}" for ln in r["message"].splitlines()] + ["  ```"]
+        if nb["hand_graded"]:
+            hg = [ex for ch in ref.values() for ex in ch if (ex.check or ex.label) in
+                  nb["hand_graded"]]
+            lines += ["", "Graded by hand: " + ", ".join(
+                f"Exercise {ex.numbered} (`{ex.label}`, {ex.kind})" for ex in hg) + "."]
+        if nb["problems"]:
+            lines += ["", "Problems while running your notebook:", ""]
+            lines += [f"- {p}" for p in nb["problems"]]
+        lines.append("")
+    for ch in chapters:
+        if ch not in submitted:
+            lines += [f"## {ch}", "", "Not submitted.", ""]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -482,6 +612,21 @@ def main(argv: list[str] | None = None) -> int:
                              "parent of --book)")
     parser.add_argument("--out", type=Path, default=None,
                         help="where to write the gradebook (default: SUBMISSIONS-graded)")
+    parser.add_argument("--chapters", nargs="+", default=None,
+                        help="the assignment's chapters (notebook stems): they fix the "
+                             "gradebook's columns and totals, whatever was submitted")
+    parser.add_argument("--points", nargs="*", default=[], metavar="LABEL=N",
+                        help="points of an exercise (check label or exercise label; default 1)")
+    parser.add_argument("-j", "--jobs", type=int, default=1,
+                        help="students graded at the same time (default 1)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="grade everyone again (default: keep the results of students "
+                             "whose submission has not changed)")
+    parser.add_argument("--unsafe", action="store_true",
+                        help="grade without the sandbox when bubblewrap is missing: the "
+                             "notebooks run with your permissions")
+    parser.add_argument("--memory-mb", type=int, default=4096,
+                        help="memory (address space) of each sandboxed process (default 4096)")
     parser.add_argument("--cell-timeout", type=float, default=120,
                         help="seconds one cell of a notebook may run (default 120)")
     parser.add_argument("--check-timeout", type=float, default=60,
@@ -497,11 +642,32 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("cell_timeout", "check_timeout", "notebook_timeout"):
         if getattr(args, name) <= 0:
             parser.error(f"argument '--{name.replace('_', '-')}' must be > 0")
+    if args.jobs < 1:
+        parser.error("argument '-j/--jobs' must be >= 1")
+    points = {}
+    for item in args.points:
+        label, _, value = item.partition("=")
+        try:
+            points[label] = float(value)
+        except ValueError:
+            parser.error(f"argument '--points': {item!r} is not LABEL=NUMBER")
+    from .sandbox import Limits
+
     out = args.out or args.submissions.with_name(args.submissions.name + "-graded")
     toc = args.toc or args.book.resolve().parent
-    grade_submissions(args.submissions, args.book, out, toc_root=toc,
-                      cell_timeout=args.cell_timeout, check_timeout=args.check_timeout,
-                      notebook_timeout=args.notebook_timeout)
+    if args.unsafe:
+        print("WARNING: --unsafe: the students' notebooks run WITHOUT a sandbox, with your "
+              "permissions (files, network, environment). Grade only code you trust.",
+              file=sys.stderr)
+    try:
+        grade_submissions(args.submissions, args.book, out, toc_root=toc,
+                          cell_timeout=args.cell_timeout, check_timeout=args.check_timeout,
+                          notebook_timeout=args.notebook_timeout, jobs=args.jobs,
+                          unsafe=args.unsafe, chapters=args.chapters, points=points,
+                          resume=not args.fresh, limits=Limits(memory_mb=args.memory_mb))
+    except (RuntimeError, ValueError) as err:
+        print(f"grade: {err}", file=sys.stderr)
+        return 2
     print(f"gradebook: {out / 'gradebook.csv'}; feedback: {out / 'feedback'}")
     return 0
 

@@ -1,0 +1,261 @@
+"""A static scan of the code a student wrote, run by the trusted grader (never in the sandbox).
+
+Two kinds of findings:
+
+* notebook-wide **flags**: code that tampers with the checking machinery or escapes the sandbox
+  (monkeypatching modules, ``sys.modules``, ``sys.stdout``, torch's dispatch
+  (``DisableTorchFunction``, ``__torch_function__``), frame inspection, ``gc``, ``ctypes``,
+  processes, sockets, ``/proc``). A flagged notebook earns 0 and the instructor is told why.
+* per-exercise **forbidden names**: the functions an exercise forbids, named in the answer's own
+  code (the cells that define the answer and the functions it uses). The runtime guard in the
+  sandbox can be switched off from inside; this scan cannot.
+
+"Code the student wrote" is every code cell that is not, verbatim, a code cell of the student
+notebook the book hands out.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+__all__ = ["student_cells", "notebook_flags", "answer_uses"]
+
+# names whose mere use in a student's cell flags the notebook
+_FLAG_ATTRS = {
+    "DisableTorchFunction": "switches off torch's function dispatch (the forbidden-function "
+                            "guard)",
+    "DisableTorchFunctionSubclass": "switches off torch's function dispatch",
+    "__torch_function__": "overrides torch's function dispatch",
+    "TorchFunctionMode": "overrides torch's function dispatch",
+    "_getframe": "inspects the caller's frames", "f_back": "inspects the caller's frames",
+    "f_locals": "inspects the caller's frames", "f_globals": "inspects the caller's frames",
+    "currentframe": "inspects the caller's frames", "settrace": "installs a tracer",
+    "setprofile": "installs a profiler", "get_referrers": "searches the interpreter's objects",
+    "get_objects": "searches the interpreter's objects", "modules": None,  # sys.modules only
+    "__builtins__": "changes the built-ins", "__globals__": "reaches into other modules",
+    "__closure__": "reaches into other functions", "__code__": "rewrites functions",
+    "fork": "starts processes", "forkpty": "starts processes", "setsid": "detaches a process",
+    "daemon": None, "system": None, "popen": "starts processes", "kill": None,
+    "execv": "starts processes", "execve": "starts processes", "spawnv": "starts processes",
+    "posix_spawn": "starts processes", "killpg": "stops processes",
+    "reload": "reloads modules",
+}
+_FLAG_MODULES = {
+    "ctypes": "loads native code", "subprocess": "starts processes",
+    "multiprocessing": "starts processes", "socket": "opens network connections",
+    "importlib": "imports or reloads modules by hand", "gc": "searches the interpreter's objects",
+    "inspect": "inspects frames and source", "unittest": "patches objects (mock)",
+    "mock": "patches objects (mock)", "builtins": "changes the built-ins",
+    "threading": "runs code outside the cells", "signal": "changes the grader's signals",
+    "pty": "starts processes", "sysconfig": None, "site": "changes the import system",
+}
+_ALLOWED_PACKAGE_IMPORTS = {("softmaxbook.exercises", "check")}
+
+
+def _norm(src: str) -> str:
+    return "\n".join(line.rstrip() for line in src.strip().splitlines())
+
+
+def student_cells(submitted: list[tuple[int, str]], pristine: list[str]) -> list[tuple[int, str]]:
+    """The cells of ``submitted`` ([(index, source)]) that are not verbatim book cells."""
+    known = {_norm(s) for s in pristine}
+    return [(i, s) for i, s in submitted if _norm(s) not in known]
+
+
+def _parse(src: str):
+    # IPython magics and shell escapes are not Python: blank them for the parser
+    lines = [("pass" if ln.lstrip().startswith(("%", "!")) else ln) for ln in src.splitlines()]
+    try:
+        return ast.parse("\n".join(lines))
+    except SyntaxError:
+        return None
+
+
+def _dotted(node) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def notebook_flags(cells: list[tuple[int, str]], code_numbers: dict[int, int]) -> list[str]:
+    """Reasons to flag the notebook, one line each ("code cell 3: ... sys.modules ...")."""
+    found: list[str] = []
+
+    def add(i, what, why):
+        msg = f"code cell {code_numbers.get(i, i)}: `{what}` {why}"
+        if msg not in found:
+            found.append(msg)
+
+    for i, src in cells:
+        if "/proc" in src or "/work/" in src or "gradebook" in src:
+            add(i, "/proc" if "/proc" in src else ("gradebook" if "gradebook" in src
+                                                   else "/work/"),
+                "reads the grader's or other students' files")
+        tree = _parse(src)
+        if tree is None:
+            for name, why in _FLAG_ATTRS.items():
+                if why and re.search(rf"\b{re.escape(name)}\b", src):
+                    add(i, name, why)
+            continue
+        imported_modules: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    top = a.name.split(".")[0]
+                    imported_modules.add(a.asname or top)
+                    why = _FLAG_MODULES.get(top) or _FLAG_MODULES.get(a.name.split(".")[-1])
+                    if why:
+                        add(i, f"import {a.name}", why)
+                    if a.name.startswith("softmaxbook.exercises"):
+                        add(i, f"import {a.name}", "reaches into the checking code")
+            elif isinstance(node, ast.ImportFrom):
+                mod = node.module or ""
+                top = mod.split(".")[0]
+                why = _FLAG_MODULES.get(top) or _FLAG_MODULES.get(mod.split(".")[-1])
+                if why:
+                    add(i, f"from {mod} import ...", why)
+                for a in node.names:
+                    if mod.startswith("softmaxbook.exercises") and \
+                            (mod, a.name) not in _ALLOWED_PACKAGE_IMPORTS:
+                        add(i, f"from {mod} import {a.name}", "reaches into the checking code")
+                    if mod == "softmaxbook" and a.name == "exercises":
+                        add(i, "from softmaxbook import exercises", "reaches into the checking "
+                                                                    "code")
+                    w = _FLAG_ATTRS.get(a.name)
+                    if w:
+                        add(i, f"from {mod} import {a.name}", w)
+                    if a.name in _FLAG_MODULES and _FLAG_MODULES[a.name]:
+                        add(i, f"from {mod} import {a.name}", _FLAG_MODULES[a.name])
+            elif isinstance(node, ast.Attribute):
+                dotted = _dotted(node) or ""
+                why = _FLAG_ATTRS.get(node.attr)
+                if node.attr == "modules" and dotted.endswith("sys.modules"):
+                    why = "changes or reads the module table"
+                elif node.attr in ("system", "kill", "daemon") and \
+                        dotted.split(".")[0] in ("os", "posix"):
+                    why = "starts or stops processes"
+                elif node.attr in ("modules", "system", "kill", "daemon"):
+                    why = None
+                if dotted.startswith(("torch._C", "torch.overrides", "torch._dynamo",
+                                      "torch.utils._python_dispatch")):
+                    why = "uses torch's internal dispatch"
+                if dotted.startswith("softmaxbook.exercises"):
+                    why = "reaches into the checking code"
+                if why:
+                    add(i, dotted or node.attr, why)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id == "getattr" and len(node.args) > 1 and \
+                    not isinstance(node.args[1], ast.Constant):
+                add(i, "getattr(..., <computed name>)", "looks up an attribute by a computed "
+                                                        "name")
+            elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__import__"):
+                add(i, node.id, "changes the built-ins or imports by hand")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("setattr", "delattr", "exec", "eval", "compile",
+                                     "globals", "vars", "__import__"):
+                add(i, f"{node.func.id}(...)", "changes objects or runs code by name")
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+                targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete))
+                           else [node.target])
+                for t in targets:
+                    for sub in ast.walk(t):
+                        if isinstance(sub, (ast.Attribute, ast.Subscript)):
+                            base = sub.value
+                            while isinstance(base, (ast.Attribute, ast.Subscript)):
+                                base = base.value
+                            dotted = _dotted(sub.value) if isinstance(sub.value, (
+                                ast.Attribute, ast.Name)) else None
+                            if isinstance(base, ast.Name) and (
+                                    base.id in imported_modules or base.id in (
+                                        "torch", "sys", "np", "numpy", "math", "os", "nn", "F",
+                                        "softmaxbook", "builtins", "check")):
+                                add(i, f"{dotted or base.id}... = ", "changes a module "
+                                                                     "(monkeypatching)")
+                            break
+    return found
+
+
+def _names_in(node) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def answer_uses(cells: list[tuple[int, str]], answer: str, forbidden: set[str],
+                package: bool) -> list[str]:
+    """The forbidden names that the answer's code uses: the cells' top-level definitions of the
+    names in ``answer`` and, transitively, of the names those use. ``forbidden`` holds names as
+    the check shows them ("torch.logsumexp", "Tensor.backward (autograd)"); ``package``: the
+    check also forbids the book's own functions (any use of ``softmaxbook`` counts)."""
+    defs: dict[str, list] = {}
+    imports: list[tuple[str, str, str]] = []  # (module, name, bound as)
+    for _, src in cells:
+        tree = _parse(src)
+        if tree is None:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defs.setdefault(node.name, []).append(node)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    for n in ast.walk(t):
+                        if isinstance(n, ast.Name):
+                            defs.setdefault(n.id, []).append(node)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    imports.append((node.module or "", a.name, a.asname or a.name))
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    imports.append((a.name, "", a.asname or a.name.split(".")[0]))
+    try:
+        start = _names_in(ast.parse(answer, mode="eval"))
+    except SyntaxError:
+        start = set()
+    todo, done, nodes = list(start), set(), []
+    while todo:
+        name = todo.pop()
+        if name in done:
+            continue
+        done.add(name)
+        for node in defs.get(name, []):
+            nodes.append(node)
+            todo.extend(_names_in(node) - done)
+    targets = []
+    for shown in forbidden:
+        dotted = shown.split()[0].rstrip(",.;")
+        parts = dotted.split(".")
+        targets.append((shown, parts[-1], parts[-2] if len(parts) > 1 else ""))
+    hits: list[str] = []
+    used_names = set(done)
+    for node in nodes:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute):
+                owner = sub.value.attr if isinstance(sub.value, ast.Attribute) else (
+                    sub.value.id if isinstance(sub.value, ast.Name) else "")
+                for shown, last, prev in targets:
+                    if sub.attr == last and (prev in ("", "torch", "Tensor", "F", "functional",
+                                                      "special", "nn")
+                                             or owner == prev):
+                        hits.append(shown)
+            elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and \
+                    sub.func.id == "getattr" and len(sub.args) > 1 and \
+                    isinstance(sub.args[1], ast.Constant):
+                for shown, last, _ in targets:
+                    if sub.args[1].value == last:
+                        hits.append(shown)
+    for module, name, bound in imports:
+        if bound not in used_names:
+            continue
+        for shown, last, _ in targets:
+            if name == last:
+                hits.append(shown)
+        if package and module.startswith("softmaxbook") and not module.startswith(
+                "softmaxbook.exercises"):
+            hits.append(f"{module}.{name}" if name else module)
+    return sorted(set(hits))
