@@ -103,6 +103,36 @@ def test_glimpse_task_has_one_digit_per_example():
     assert len(first) == 150 and len(rest) == 50 and torch.equal(rest.labels, t.labels[150:])
 
 
+def test_glimpse_task_distractors_are_rotated_digits():
+    # The default distractor is a digit turned a quarter turn (flip left-right + transpose ==
+    # torch.rot90), not a pixel permutation: the review found the docstring describing the
+    # scrambled variant as the default and the chapter calling rotated digits shapeless.
+    import inspect
+
+    from sklearn.datasets import load_digits
+
+    images = torch.tensor(load_digits().images, dtype=D) / 16           # [1797, 8, 8]
+    rotated = torch.rot90(images, 1, dims=(-2, -1)).reshape(-1, 64)
+    t = _task(60, 4)
+    off = torch.ones(60, 4, dtype=torch.bool)
+    off[torch.arange(60), t.targets] = False
+    distractors = t.annotations[off]                                     # [180, 64]
+    assert (distractors[:, None, :] == rotated[None]).all(-1).any(1).all()
+    # the old name gives the same task; "scrambled" permutes the pixels of a digit instead
+    g = torch.Generator().manual_seed(0)
+    assert torch.equal(glimpse_task(60, 4, distractor="mirrored", generator=g, dtype=D).annotations,
+                       t.annotations)
+    s = glimpse_task(60, 4, distractor="scrambled", generator=torch.Generator().manual_seed(0),
+                     dtype=D)
+    d = s.annotations[off]
+    assert not (d[:, None, :] == rotated[None]).all(-1).any(1).all()
+    flat = images.reshape(-1, 64).sort(-1).values
+    assert (d.sort(-1).values[:, None, :] == flat[None]).all(-1).any(1).all()
+    # the docstring names the signature's default as the default
+    default = inspect.signature(glimpse_task).parameters["distractor"].default
+    assert f'``"{default}"`` (the default)' in glimpse_task.__doc__
+
+
 def test_glimpse_task_bad_input():
     with pytest.raises(ValueError, match="argument 'n_locations'"):
         glimpse_task(10, 1)

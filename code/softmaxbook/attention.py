@@ -20,7 +20,7 @@ entropy bonus. With one glimpse over a handful of locations both the marginal li
 bound can also be summed exactly, which is what lets this module *check* the estimators.
 
 The module provides the attention operations, a small task where *where to look* must be learned
-(:func:`glimpse_task`), a model (:class:`GlimpseNet`), the training objectives of five methods
+(:func:`glimpse_task`), a model (:class:`GlimpseNet`), the training objectives of six methods
 (:data:`METHODS`) and a training loop (:func:`train_glimpse`) that records accuracy, how much
 attention goes to the right place, and the spread of the gradient estimates.
 
@@ -165,22 +165,36 @@ def _digits():
             torch.tensor(data.target, dtype=torch.int64))
 
 
-def glimpse_task(n: int, n_locations: int = 4, *, distractor: str = "mirrored", generator=None,
+def glimpse_task(n: int, n_locations: int = 4, *, distractor: str = "rotated", generator=None,
                  dtype: torch.dtype = torch.float32) -> GlimpseTask:
     """``n`` examples of the "which patch holds the digit?" task.
 
     Each example has ``n_locations`` patches of 8 x 8 pixels (scikit-learn's digits, scaled to
     [0, 1], flattened to 64 values). One patch, at a uniformly random location, is a digit image;
-    its class is the label. Every other patch is a *distractor*: another digit image with its
-    pixels randomly permuted, so it has the same intensities but no stroke structure (and its
-    class says nothing about the label). A classifier that looks at a distractor can only guess,
-    so the model must learn where to look from the content of the patches.
+    its class is the label. Every other patch is a *distractor* made from another, independently
+    drawn digit image, so its class says nothing about the label:
+
+    ``"rotated"`` (the default)
+        the image turned a quarter turn anticlockwise (``torch.rot90``; written as a left-right
+        flip followed by a transpose). It keeps the ink and the strokes, and some digits still
+        look like digits when turned (a 0, an 8, a 1 that becomes a bar): the model has to learn
+        which shapes belong to upright digits.
+    ``"scrambled"``
+        the image's 64 pixels randomly permuted (each patch its own permutation): the same
+        intensities but no strokes at all, which makes the digit easy to find.
+    ``"mirrored"``
+        the name this option had before; the same as ``"rotated"``, kept so that old code runs.
+
+    A classifier that looks at a distractor can only guess the label (about 1 in 10), so the
+    model must learn where to look from the content of the patches.
 
     Parameters
     ----------
     n : int >= 1
     n_locations : int >= 2
         ``L``, the number of patches.
+    distractor : ``"rotated"`` | ``"scrambled"`` | ``"mirrored"``
+        How the distractors are made (above).
     generator : torch.Generator, optional
     dtype : floating dtype of the annotations
 
@@ -192,8 +206,8 @@ def glimpse_task(n: int, n_locations: int = 4, *, distractor: str = "mirrored", 
     n = check_int(n, "n", func, minimum=1)
     n_locations = check_int(n_locations, "n_locations", func, minimum=2)
     check_generator(generator, "cpu", func)
-    if distractor not in ("mirrored", "scrambled"):
-        raise ValueError(f"{func}: argument 'distractor' must be 'mirrored' or 'scrambled', got "
+    if distractor not in ("rotated", "scrambled", "mirrored"):
+        raise ValueError(f"{func}: argument 'distractor' must be 'rotated' or 'scrambled', got "
                          f"{distractor!r}")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"{func}: argument 'dtype' must be a floating torch.dtype, got {dtype!r}")
@@ -204,13 +218,15 @@ def glimpse_task(n: int, n_locations: int = 4, *, distractor: str = "mirrored", 
     if distractor == "scrambled":
         # each pixel order drawn independently (argsort of uniforms = a random permutation)
         perm = torch.rand(n, n_locations, 64, generator=generator).argsort(dim=-1)
-        scrambled = patches.gather(-1, perm)
-    else:  # "mirrored": the image flipped left-right and transposed (strokes, but no digit)
-        scrambled = patches.reshape(n, n_locations, 8, 8).flip(-1).transpose(-1, -2)
-        scrambled = scrambled.reshape(n, n_locations, 64)
+        distractors = patches.gather(-1, perm)
+    else:  # "rotated" ("mirrored" is its old name): flipped left-right, then transposed, is
+        # a quarter turn anticlockwise (= torch.rot90(image, 1)); strokes kept, and some
+        # digits (0, 8) still look like digits
+        distractors = patches.reshape(n, n_locations, 8, 8).flip(-1).transpose(-1, -2)
+        distractors = distractors.reshape(n, n_locations, 64)
     targets = torch.randint(n_locations, (n,), generator=generator)
     is_target = nn.functional.one_hot(targets, n_locations).bool()
-    annotations = torch.where(is_target.unsqueeze(-1), patches, scrambled)
+    annotations = torch.where(is_target.unsqueeze(-1), patches, distractors)
     labels = classes[pick.gather(1, targets[:, None]).squeeze(1)]
     return GlimpseTask(annotations.to(dtype), labels, targets)
 
