@@ -590,6 +590,45 @@ def test_plackett_luce_stable_when_drawn_items_hold_all_the_mass():
     assert not torch.isfinite(naive) or abs(naive.item() - math.log1p(math.exp(-30))) > 1
 
 
+def test_plackett_luce_relatively_accurate_where_the_probability_is_near_one():
+    # review of the third edition: [40, 0, -40], order [0, 1] gave -4.25e-18 (the first factor,
+    # 40 - logsumexp, rounded to 0) instead of -8.50e-18
+    lg = torch.tensor([40.0, 0.0, -40.0], dtype=torch.float64)
+    exact = -math.log1p(math.exp(-40.0) + math.exp(-80.0)) - math.log1p(math.exp(-40.0))
+    for order in ([0, 1], [0, 1, 2]):
+        lp = plackett_luce_log_prob(lg, torch.tensor(order)).item()
+        assert abs(lp - exact) <= 4e-16 * abs(exact), (order, lp, exact)
+    # in float32 as well, and batched against broadcast rows
+    lp32 = plackett_luce_log_prob(lg.float().expand(3, 3), torch.tensor([0, 1]))
+    assert lp32.dtype == torch.float32
+    assert ((lp32.double() - exact).abs() <= 4e-7 * abs(exact)).all()
+
+
+def test_plackett_luce_relative_error_against_mpmath():
+    # relative error about eps times the largest logit gap (rounding logits_l - logits_i)
+    import mpmath
+
+    def exact(logits, order):
+        with mpmath.workdps(400):
+            xs, rem, tot = [mpmath.mpf(v) for v in logits], set(range(len(logits))), 0
+            for i in order:
+                rem.discard(i)
+                tot -= mpmath.log1p(mpmath.fsum(mpmath.exp(xs[l] - xs[i]) for l in rem))
+            return float(tot)
+
+    g = torch.Generator().manual_seed(12)
+    eps = torch.finfo(torch.float64).eps
+    for t in range(150):
+        n = int(torch.randint(1, 7, (1,), generator=g))
+        k = int(torch.randint(1, n + 1, (1,), generator=g))
+        lg = torch.randn(n, generator=g, dtype=torch.float64) * (1.0, 10.0, 60.0)[t % 3]
+        order = torch.randperm(n, generator=g)[:k]
+        got = plackett_luce_log_prob(lg, order).item()
+        want = exact(lg.tolist(), order.tolist())
+        gap = float(lg.max() - lg.min())
+        assert abs(got - want) <= 4 * eps * max(1.0, gap) * abs(want), (lg, order, got, want)
+
+
 def test_plackett_luce_gradcheck_including_full_permutation():
     lg = torch.tensor([0.3, -1.2, 0.8, 0.1], dtype=torch.float64, requires_grad=True)
     for order in ([2, 0], [1, 3, 0, 2]):

@@ -656,15 +656,22 @@ def gumbel_topk(logits: torch.Tensor, k: int, *, generator=None,
 
 
 def plackett_luce_log_prob(logits: torch.Tensor, ordered: torch.Tensor) -> torch.Tensor:
-    """Exact log-probability of an ordered draw without replacement (Plackett-Luce).
+    """Log-probability of an ordered draw without replacement (Plackett-Luce), accurate in
+    relative terms, also where it is tiny.
 
     ``log P(i_1, ..., i_k) = sum_j [ logits_{i_j} - logsumexp_{l not in {i_1..i_{j-1}}} logits_l ]``
     (Plackett 1975; Luce 1959; Kool et al. 2019, eq. 9): the law of :func:`gumbel_topk`.
 
     The remaining mass at step ``j`` is never formed as "total minus what was drawn" (that
-    subtraction cancels catastrophically once the drawn items hold almost all the mass). It is
-    the log-sum of two disjoint parts: the items never drawn, and the drawn items ``i_j..i_k``
-    (a reversed cumulative logsumexp).
+    subtraction cancels catastrophically once the drawn items hold almost all the mass). Each
+    factor is computed as ``-softplus(o_j - logits_{i_j})``, ``o_j`` the logsumexp of the items
+    left after draw ``j`` (the later draws, by a reversed cumulative logsumexp, and the items
+    never drawn), i.e. ``-log1p(sum_l exp(logits_l - logits_{i_j}))``: for logits
+    ``[40, 0, -40]`` and order ``[0, 1]`` it returns ``-8.50e-18``, where
+    ``logits_{i_j} - logsumexp`` rounds the first factor to 0 and gives ``-4.25e-18``. The
+    relative error is about the machine epsilon times the largest logit gap involved (rounding
+    ``logits_l - logits_{i_j}``): measured against mpmath, at most 1 ulp for gaps below 1 and
+    33 ulp for gaps up to 130.
 
     Parameters
     ----------
@@ -723,21 +730,25 @@ def plackett_luce_log_prob(logits: torch.Tensor, ordered: torch.Tensor) -> torch
     dead = torch.isneginf(chosen)
     dead_row = dead.any(-1)
     chosen = torch.where(dead, 0.0, chosen)
-    # Items never drawn: logits with the k drawn ones masked out (-inf).
+    # Each factor is written as log p_j = -log(1 + exp(o_j - x_{i_j})) = -softplus(o_j - x_{i_j}),
+    # with o_j the logsumexp of the items still in play after draw j (the drawn items i_{j+1..k}
+    # and those never drawn). x_{i_j} - logsumexp(R_j) gives the same number but only to an
+    # absolute accuracy: for logits [40, 0, -40] and order [0, 1], logsumexp(R_1) = 40 + 4e-18
+    # rounds to 40 and the first factor to 0 (review of the third edition); softplus(-40) keeps
+    # the 4.2e-18, so every factor, hence the sum of these same-signed terms, is accurate to a
+    # few ulp relative.
+    # The items never drawn: logits with the k drawn ones masked out (-inf).
     drawn = torch.zeros(lg.shape, dtype=torch.bool, device=lg.device).scatter_(-1, idx, True)
     if k < n:
         # softmaxbook's logsumexp: an all -inf row (every undrawn item impossible) gives -inf
         # with a zero gradient; torch.logsumexp's gradient is NaN there (exp(-inf - (-inf))).
         rest = _lse(lg.masked_fill(drawn, -math.inf), dim=-1, keepdim=True)  # (..., 1)
-        tail = chosen
     else:
-        # When k = n nothing is left; the last drawn item is then the "rest" (see below).
-        rest = chosen[..., -1:]
-        tail = chosen[..., :-1]
-    # tail_lse[j] = logsumexp(tail[j:]) by a reversed cumulative logsumexp.
-    tail_lse = tail.flip(-1).logcumsumexp(-1).flip(-1)
-    denom = torch.logaddexp(tail_lse, rest)
-    if k == n:
-        denom = torch.cat([denom, rest], dim=-1)
-    out = (chosen - denom).sum(-1)
+        rest = torch.full_like(chosen[..., :1], -math.inf)  # nothing is never drawn
+    # drawn_lse[j] = logsumexp(chosen[j:]), a reversed cumulative logsumexp; then
+    # o_j = logaddexp(drawn_lse[j + 1], rest), and o_{k-1} = rest (for the last draw only the
+    # never-drawn items remain; -inf when there are none, giving softplus(-inf) = 0).
+    drawn_lse = chosen.flip(-1).logcumsumexp(-1).flip(-1)
+    others = torch.cat([torch.logaddexp(drawn_lse[..., 1:], rest), rest], dim=-1)
+    out = -_softplus(others - chosen).sum(-1)
     return torch.where(dead_row, -math.inf, out)
