@@ -10,8 +10,9 @@ from scipy import stats
 
 from softmaxbook.attention import (METHODS, GlimpseNet, GlimpseTask, evaluate, glimpse_task,
                                    hard_attention, jensen_bound, marginal_log_lik,
-                                   per_location_log_lik, reinforce_gradients, soft_attention,
-                                   surrogate_loss, train_glimpse)
+                                   per_location_log_lik, reinforce_gradients,
+                                   reinforce_surrogate, soft_attention, surrogate_loss,
+                                   train_glimpse)
 
 D = torch.float64
 
@@ -195,6 +196,122 @@ def test_reinforce_is_unbiased_for_the_jensen_bound():
     # ... and the check catches an estimator without the score-function term
     wrong = _expected_estimate(model, t, 0.0, score_term=False)
     assert (wrong - exact).abs().max() > 1e-3 * exact.abs().max()
+
+
+def _flat_grad(value, params):
+    grads = torch.autograd.grad(value, params, allow_unused=True, retain_graph=True)
+    return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
+                      for g, p in zip(grads, params)])
+
+
+def _enumerated_expectation(model, t, estimator, params=None, **kw):
+    """sum_s alpha_s * grad estimator(..., s), averaged over the batch: the exact mean of a
+    one-sample estimator whose draw is s (by default for all parameters)."""
+    params = list(model.parameters()) if params is None else params
+    alpha = torch.softmax(model.scores(t.annotations), -1).detach()
+    total = 0.0
+    for i in range(t.annotations.shape[1]):
+        loc = torch.full_like(t.labels, i)
+        total = total + (alpha[:, i] * estimator(model, t.annotations, t.labels, loc, **kw)).mean()
+    return _flat_grad(total, params)
+
+
+def _entropy(model, a):
+    log_alpha = torch.log_softmax(model.scores(a), -1)
+    return -(log_alpha.exp() * log_alpha).sum(-1)
+
+
+def _library(model, a, y, loc, baseline=0.0, entropy_weight=0.0):
+    return reinforce_surrogate(model, a, y, loc, baseline=baseline,
+                               entropy_weight=entropy_weight)[0]
+
+
+def _sign_flipped(model, a, y, loc, baseline=0.0, entropy_weight=0.0):
+    # the score-function term with the wrong sign (a loss where an objective was meant)
+    obj, reward = reinforce_surrogate(model, a, y, loc, baseline=baseline,
+                                      entropy_weight=entropy_weight)
+    log_alpha_s = torch.log_softmax(model.scores(a), -1).gather(-1, loc[:, None]).squeeze(-1)
+    return obj - 2 * (reward - baseline) * log_alpha_s
+
+
+def _other_location(model, a, y, loc, baseline=0.0, entropy_weight=0.0):
+    # rewards the draw s but scores the log-probability of another location
+    return reinforce_surrogate(model, a, y, (loc + 1) % a.shape[1], baseline=baseline,
+                               entropy_weight=entropy_weight)[0]
+
+
+def _trained(seed=0):
+    """A partly trained model (exact marginal, 40 steps): rewards differ between locations, so
+    the score-function term is large (at initialisation it is small and wrong estimators hide)."""
+    t = _task(300, 3, seed=seed)
+    torch.manual_seed(seed)
+    model, _ = train_glimpse("marginal", t, _task(20, 3, seed=seed + 1), steps=40,
+                             eval_every=40, generator=torch.Generator().manual_seed(seed),
+                             model=GlimpseNet(64, 16).double())
+    return model, _task(24, 3, seed=seed + 2)
+
+
+def test_reinforce_surrogate_enumerated_equals_autograd_of_the_bound():
+    # The exact mean of the library's one-sample estimator, enumerated over the locations, equals
+    # autograd's gradient of L_s + lambda H for every parameter, whatever the baseline: exact, so
+    # it has power at any model, unlike an average of samples (the chapter's earlier Monte Carlo
+    # test, made at the untrained model where the exact scorer gradient had norm 0.0072, passed
+    # a sign-flipped estimator and one that scored another draw than it rewarded).
+    for model, t in (_trained(0), (_model(), _task(8, 3))):
+        params = list(model.parameters())
+        for baseline, lam in ((0.0, 0.0), (-2.0, 0.0), (5.0, 0.1)):
+            objective = jensen_bound(model, t.annotations, t.labels) + lam * _entropy(
+                model, t.annotations)
+            exact = _flat_grad(objective.mean(), params)
+            got = _enumerated_expectation(model, t, _library, baseline=baseline,
+                                          entropy_weight=lam)
+            assert torch.allclose(got, exact, atol=1e-12, rtol=1e-9)
+
+
+@pytest.mark.parametrize("wrong", [_sign_flipped, _other_location])
+def test_the_enumerated_comparison_rejects_wrong_estimators(wrong):
+    # The wrong estimators differ in the score-function term, which reaches the scorer only:
+    # compare the scorer's gradient (the classifier's is the same pathwise term in all).
+    model, t = _trained(0)
+    scorer = list(model.scorer.parameters())
+    exact = _flat_grad(jensen_bound(model, t.annotations, t.labels).mean(), scorer)
+    for baseline in (0.0, -1.0):
+        got = _enumerated_expectation(model, t, wrong, scorer, baseline=baseline)
+        assert (got - exact).norm() > 0.5 * exact.norm()
+    # an estimator whose log-probability is taken at an independent second draw s' (two calls
+    # of the sampler): sum over (s, s') of alpha_s alpha_s' [...] keeps the pathwise term only
+    alpha = torch.softmax(model.scores(t.annotations), -1).detach()
+    log_alpha = torch.log_softmax(model.scores(t.annotations), -1)
+    loglik = per_location_log_lik(model, t.annotations, t.labels)
+    pairs = sum(alpha[:, i] * alpha[:, j] * (loglik[:, i] + loglik[:, i].detach() * log_alpha[:, j])
+                for i in range(3) for j in range(3))
+    two_draws = _flat_grad(pairs.mean(), scorer)
+    assert (two_draws - exact).norm() > 0.5 * exact.norm()
+
+
+def test_reinforce_surrogate_is_what_surrogate_loss_samples():
+    model, t = _model(), _task(8, 3)
+    g1, g2 = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    loss, reward = surrogate_loss(model, t.annotations, t.labels, "reinforce-entropy",
+                                  baseline=-1.0, entropy_weight=0.1, generator=g1)
+    _, loc, _ = hard_attention(model.scores(t.annotations), t.annotations, generator=g2)
+    obj, reward2 = reinforce_surrogate(model, t.annotations, t.labels, loc, baseline=-1.0,
+                                       entropy_weight=0.1)
+    assert torch.allclose(loss, -obj.mean()) and torch.equal(reward, reward2)
+
+
+def test_reinforce_surrogate_bad_input():
+    model, t = _model(), _task(4, 3)
+    with pytest.raises(TypeError, match="argument 'locations'"):
+        reinforce_surrogate(model, t.annotations, t.labels, t.targets.double())
+    with pytest.raises(ValueError, match="argument 'locations' must have shape"):
+        reinforce_surrogate(model, t.annotations, t.labels, t.targets[:2])
+    with pytest.raises(ValueError, match="argument 'locations' must be in"):
+        reinforce_surrogate(model, t.annotations, t.labels, t.targets + 3)
+    with pytest.raises(ValueError, match="argument 'baseline'"):
+        reinforce_surrogate(model, t.annotations, t.labels, t.targets, baseline=math.nan)
+    with pytest.raises(ValueError, match="argument 'entropy_weight'"):
+        reinforce_surrogate(model, t.annotations, t.labels, t.targets, entropy_weight=-1.0)
 
 
 def test_sampled_estimates_average_to_the_exact_gradient():

@@ -49,6 +49,7 @@ __all__ = [
     "marginal_log_lik",
     "jensen_bound",
     "surrogate_loss",
+    "reinforce_surrogate",
     "reinforce_gradients",
     "train_glimpse",
     "TrainHistory",
@@ -380,6 +381,57 @@ def _reinforce_objective(model, scores, annotations, labels, location, baseline,
     if entropy_weight:
         objective = objective - entropy_weight * (log_alpha.exp() * log_alpha).sum(dim=-1)
     return objective, reward
+
+
+def reinforce_surrogate(model: GlimpseNet, annotations: torch.Tensor, labels: torch.Tensor,
+                        locations: torch.Tensor, *, baseline: float = 0.0,
+                        entropy_weight: float = 0.0):
+    """The REINFORCE surrogate objective of :func:`surrogate_loss` at *given* locations.
+
+    ``surrogate_loss`` samples ``s ~ alpha`` and then evaluates exactly this; with the location
+    given, the estimator's exact expectation can be *enumerated*: ``sum_s alpha_s *
+    grad reinforce_surrogate(..., s)`` must equal ``grad`` of :func:`jensen_bound` (plus
+    ``lambda grad H``), whatever the baseline. Unlike an average of sampled estimates, that
+    comparison has power at any model (a sign error or a log-probability taken at another
+    location than the one rewarded fails it).
+
+    Parameters
+    ----------
+    model : GlimpseNet
+    annotations : Tensor ``[n, L, D]``
+    labels : LongTensor ``[n]``
+    locations : LongTensor ``[n]``
+        The location ``s`` of each example, in ``[0, L)``.
+    baseline : float
+        ``b``, subtracted from the reward.
+    entropy_weight : float >= 0
+        ``lambda``, the weight of the entropy bonus ``H(alpha)``.
+
+    Returns
+    -------
+    objective : Tensor ``[n]``
+        ``log p(y|s,a) + (r - b) log alpha_s + lambda H(alpha)`` with the reward
+        ``r = log p(y|s,a)`` held constant (Williams 1992; Xu et al. 2015, eq. 12): its gradient
+        is one estimate of ``grad (L_s + lambda H)``. Maximise it (``surrogate_loss`` returns
+        minus its batch mean).
+    reward : Tensor ``[n]`` (detached)
+    """
+    func = "reinforce_surrogate"
+    _check_batch(model, annotations, labels, func)
+    n, n_loc = annotations.shape[:2]
+    if not isinstance(locations, torch.Tensor) or locations.dtype != torch.int64:
+        raise TypeError(f"{func}: argument 'locations' must be an int64 tensor")
+    if locations.shape != (n,):
+        raise ValueError(f"{func}: argument 'locations' must have shape [{n}], got "
+                         f"{tuple(locations.shape)}")
+    if bool(((locations < 0) | (locations >= n_loc)).any()):
+        raise ValueError(f"{func}: argument 'locations' must be in [0, {n_loc - 1}]")
+    if not isinstance(baseline, (int, float)) or not math.isfinite(baseline):
+        raise ValueError(f"{func}: argument 'baseline' must be a finite number, got {baseline!r}")
+    entropy_weight = check_positive_number(entropy_weight, "entropy_weight", func,
+                                           allow_zero=True)
+    return _reinforce_objective(model, model.scores(annotations), annotations, labels, locations,
+                                baseline, entropy_weight)
 
 
 def reinforce_gradients(model: GlimpseNet, annotations: torch.Tensor, labels: torch.Tensor,
