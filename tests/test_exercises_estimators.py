@@ -163,7 +163,44 @@ def lap_float32_noise(loc, scale, n, generator):  # float32 uniforms: float32 dr
     return loc - scale * torch.sign(eps) * torch.log1p(-2 * eps.abs())
 
 
+def lap_clamped_049(loc, scale, n, generator):  # review 6: eps clamped to +-0.49
+    eps = (torch.rand(n, generator=generator, dtype=loc.dtype) - 0.5).clamp(-0.49, 0.49)
+    return loc - scale * torch.sign(eps) * torch.log1p(-2 * eps.abs())
+
+
+def lap_float32_promoted(loc, scale, n, generator):  # review 6: float32 uniforms, then float64
+    eps = torch.rand(n, generator=generator).double() - 0.5
+    eps = eps.clamp(-0.5 + 1e-12, 0.5 - 1e-12)
+    return loc - scale * torch.sign(eps) * torch.log1p(-2 * eps.abs())
+
+
+def lap_float32_eps_promoted(loc, scale, n, generator):  # eps formed in float32, then float64
+    eps = (torch.rand(n, generator=generator) - 0.5).double().clamp(-0.4999999, 0.4999999)
+    return loc - scale * torch.sign(eps) * torch.log1p(-2 * eps.abs())
+
+
+def lap_missing_factor_2(loc, scale, n, generator):  # ln(1 - |eps|): |x| <= ln 2 scales
+    eps = torch.rand(n, generator=generator, dtype=loc.dtype) - 0.5
+    return loc - scale * torch.sign(eps) * torch.log1p(-eps.abs())
+
+
+def lap_one_sided(loc, scale, n, generator):  # an exponential, not a Laplace
+    u = torch.rand(n, generator=generator, dtype=loc.dtype).clamp_min(1e-300)
+    return loc - scale * torch.log(u)
+
+
+def lap_two_branches(loc, scale, n, generator):  # right: the inverse CDF in two branches
+    u = torch.rand(n, generator=generator, dtype=loc.dtype).clamp(1e-300, 1 - 1e-16)
+    std = torch.where(u < 0.5, torch.log(2 * u), -torch.log(2 * (1 - u)))
+    return loc + scale * std
+
+
 @pytest.mark.parametrize("answer, message", [
+    (lap_clamped_049, "(?s)more than 4 scales below loc.*do not clamp eps far"),
+    (lap_float32_promoted, "multiples of 2\\^-24"),
+    (lap_float32_eps_promoted, "multiples of 2\\^-24"),
+    (lap_missing_factor_2, "do not follow"),
+    (lap_one_sided, "do not follow"),
     (lap_sources_uniform, "NaN"),
     (lap_half_scale, "do not follow"),
     (lap_detached, "carry no gradient"),
@@ -193,3 +230,22 @@ def test_laplace_sampler_accepts_both_recipes():
         return loc + scale * torch.log(e1 / e2)
 
     assert check("estimators-laplace-sampler", via_exponentials)
+    assert check("estimators-laplace-sampler", lap_two_branches)
+
+
+def test_laplace_statistical_tests_false_rejection_rate():
+    # laplace_draws_verdict rejects a right sampler with probability <= 3e-6 per case (KS and
+    # the two tails, each at p < 1e-6). Measured here on 300 generator seeds x 2 cases of the
+    # package's float64 sampler: no rejection (95 % bound 5e-3), smallest p-values printed on
+    # failure. The wrong samplers above fail by p < 1e-30 (clamp 0.49: no draw beyond 3.9
+    # scales where 183 are expected) or by a grid fraction of 1 against ~0.002.
+    from softmaxbook.exercises.estimators import laplace_draws_verdict
+    rejected = []
+    for seed in range(300):
+        g = torch.Generator().manual_seed(10_000 + seed)
+        for l0, s0 in ((0.0, 1.0), (-1.5, 0.3)):
+            x = sample_laplace(torch.tensor(l0, dtype=torch.float64),
+                               torch.tensor(s0, dtype=torch.float64), 20000, generator=g)
+            if laplace_draws_verdict(x, l0, s0) is not None:
+                rejected.append((seed, l0))
+    assert rejected == []

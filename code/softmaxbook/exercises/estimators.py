@@ -8,8 +8,10 @@
   d/dl E_{b ~ Bernoulli(sigmoid(l))} f(b) (a score in p instead of l, a wrong sign, and returning
   the exact gradient instead of samples, float32 and the package's estimators are caught).
 * ``estimators-laplace-sampler``: a reparameterised Laplace(loc, scale) sampler (the source's
-  uniform on [0, 1], a wrong scale, detached draws, float32, torch's global generator,
-  torch.distributions (Laplace.icdf) and the package's sample_laplace are caught).
+  uniform on [0, 1], a wrong scale, detached draws, float32, float32 uniforms converted to
+  float64, eps clamped far from +-1/2 (tails cut; a test of each tail's frequency),
+  torch's global generator, torch.distributions (Laplace.icdf) and the package's sample_laplace
+  are caught).
 """
 
 from __future__ import annotations
@@ -158,6 +160,56 @@ def _check_bernoulli_score(estimates):
 
 
 # ------------------------------------------------------------------------------------------------
+#: A right sampler's draws fail one of these statistical tests with probability at most
+#: P_LAPLACE each (KS, and a binomial test of each tail): 3e-6 per case, 6e-6 per check.
+P_LAPLACE = 1e-6
+#: The tails tested: |x - loc| > TAIL_SCALES * scale on each side, probability e^-4 / 2 = 0.0092
+#: (183 of 20000 draws). A sampler whose eps is clamped to +-0.49 never goes beyond
+#: -ln(0.02) = 3.9 scales (2 % of the mass piles up there), which KS at n = 20000 cannot see.
+TAIL_SCALES = 4.0
+
+
+def _float32_grid_fraction(x, loc, scale):
+    """Fraction of draws whose tail probability ``min(u, 1 - u) = exp(-|x - loc| / scale) / 2``
+    lies on the float32 uniform grid (multiples of 2^-24) to 1e-3 of a step: about 0.002 for
+    float64 uniforms, 1 for float32 ones converted to float64 (only 2^24 distinct values, tails
+    cut at ln 2^24 = 16.6 scales)."""
+    t = 0.5 * torch.exp(-((x - loc) / scale).abs()) * 2.0**24
+    return float(((t - t.round()).abs() < 1e-3).double().mean())
+
+
+def laplace_draws_verdict(x, l0, s0):
+    """The statistical tests of the check on float64 draws ``x`` of Laplace(l0, s0): ``None``
+    if they pass, else ``(message, hint)``. Public so that its false-rejection rate can be
+    measured on right samplers (tests/test_exercises_estimators.py)."""
+    x = x.detach().double()
+    n = x.numel()
+    if _float32_grid_fraction(x, l0, s0) > 0.5:
+        return ("the draws take only the values of float32 uniforms (multiples of 2^-24) "
+                "converted to float64: float32 has 24 bits, so the tails stop at ln 2^24 = "
+                "16.6 scales.",
+                "draw the uniforms in float64: torch.rand(n, generator=generator, "
+                "dtype=loc.dtype), not torch.rand(n, generator=generator).double().")
+    pval = stats.kstest(x.numpy(), stats.laplace(loc=l0, scale=s0).cdf).pvalue
+    if pval < P_LAPLACE:
+        return (f"the draws do not follow Laplace(loc, scale) (Kolmogorov-Smirnov p = "
+                f"{pval:.2g}).",
+                "invert the CDF: x = loc - scale * sgn(eps) * ln(1 - 2|eps|) with eps uniform "
+                "on (-1/2, 1/2).")
+    expected = math.exp(-TAIL_SCALES) / 2
+    for side, sign in (("lower", -1), ("upper", 1)):
+        k = int((sign * (x - l0) > TAIL_SCALES * s0).sum())
+        pval = stats.binomtest(k, n, expected).pvalue
+        if pval < P_LAPLACE:
+            return (f"{k} of the {n} draws lie more than {TAIL_SCALES:g} scales "
+                    f"{'below' if sign < 0 else 'above'} loc, where about "
+                    f"{expected * n:.0f} should (the {side} tail has probability "
+                    f"e^-{TAIL_SCALES:g} / 2).",
+                    "do not clamp eps far from +-1/2: the tails of the Laplace law come from "
+                    "|eps| close to 1/2; a clamp like 1e-12 away is enough to avoid ln 0.")
+    return None
+
+
 @exercise("estimators-laplace-sampler", "a reparameterised Laplace sampler")
 def _check_laplace_sampler(sampler):
     """``sampler(loc, scale, n, generator)`` -> tensor (n,), differentiable in loc and scale."""
@@ -184,15 +236,9 @@ def _check_laplace_sampler(sampler):
                          "not on (0, 1).")
         expect_true(bool(torch.isfinite(x).all()), f"for input {desc} some draws are infinite.",
                     hint="keep eps away from -1/2 and 1/2 (torch.rand can return 0).")
-        pval = stats.kstest(x.detach().numpy().astype(np.float64),
-                            stats.laplace(loc=l0, scale=s0).cdf).pvalue
-        # KS at 1e-4: a correct sampler fails with probability 1e-4 (deterministic given the
-        # generator, so only a sampler that ignores it could flake)
-        expect_true(pval > 1e-4,
-                    f"for input {desc} the draws do not follow Laplace(loc, scale) "
-                    f"(Kolmogorov-Smirnov p = {pval:.2g}).",
-                    hint="invert the CDF: x = loc - scale * sgn(eps) * ln(1 - 2|eps|) with eps "
-                         "uniform on (-1/2, 1/2).")
+        verdict = laplace_draws_verdict(x, l0, s0)
+        if verdict is not None:
+            expect_true(False, f"for input {desc} {verdict[0]}", hint=verdict[1])
         expect_true(x.requires_grad,
                     f"for input {desc} the draws carry no gradient: the sampler is not "
                     f"reparameterised.",
