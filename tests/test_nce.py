@@ -246,7 +246,7 @@ def test_sampled_softmax_removes_accidental_hits():
     data_ids = torch.tensor([5, 6, 7])
     noise_ids = torch.tensor([[5, 1, 2, 5], [0, 1, 2, 3], [9, 7, 8, 4]])
     got = sampled_softmax_loss(s, n, lq, nq, data_ids=data_ids, noise_ids=noise_ids,
-                               reduction="none")
+                               remove_accidental_hits=True, reduction="none")
     for b, keep in enumerate([[1, 2], [0, 1, 2, 3], [0, 2, 3]]):
         ref = sampled_softmax_loss(s[b:b + 1], n[b:b + 1, keep], lq[b:b + 1], nq[b:b + 1, keep],
                                    remove_accidental_hits=False)
@@ -256,12 +256,13 @@ def test_sampled_softmax_removes_accidental_hits():
     assert kept[0] > got[0] and kept[2] > got[2] and torch.isclose(kept[1], got[1])
     # shared noise ids [k]
     shared = sampled_softmax_loss(s, n, lq, nq[0], data_ids=data_ids,
-                                  noise_ids=torch.tensor([5, 1, 7, 3]), reduction="none")
+                                  noise_ids=torch.tensor([5, 1, 7, 3]),
+                                  remove_accidental_hits=True, reduction="none")
     assert torch.isfinite(shared).all()
     # every noise word a hit: only the data word is left, loss 0
     allhit = sampled_softmax_loss(s, n, lq, nq, data_ids=torch.zeros(3, dtype=torch.long),
                                   noise_ids=torch.zeros(3, 4, dtype=torch.long),
-                                  reduction="none")
+                                  remove_accidental_hits=True, reduction="none")
     assert torch.equal(allhit, torch.zeros(3, **f64))
 
 
@@ -310,7 +311,8 @@ def test_gradcheck_all_losses():
     ids, nids = torch.tensor([0, 1, 2, 3]), torch.tensor([[0, 5, 6], [4, 1, 1], [7, 8, 9],
                                                           [3, 3, 3]])
     assert torch.autograd.gradcheck(
-        lambda a, b: sampled_softmax_loss(a, b, lq, nq, data_ids=ids, noise_ids=nids), (s, n))
+        lambda a, b: sampled_softmax_loss(a, b, lq, nq, data_ids=ids, noise_ids=nids,
+                                          remove_accidental_hits=True), (s, n))
 
 
 def test_nce_gradient_matches_hand_derivation():
@@ -375,6 +377,83 @@ def test_population_optima():
 
 
 # ------------------------------------------------------------------------------------------------
+# Sampled softmax's population optimum, exactly (review, third edition: "only consistent as
+# k -> inf" was wrong, and the old default remove_accidental_hits=True biased the optimum)
+# ------------------------------------------------------------------------------------------------
+_P_REVIEW = torch.tensor([0.4, 0.3, 0.15, 0.1, 0.05], **f64)
+
+
+def _sampled_population_loss(s, p, q, k, **kwargs):
+    """E over the data word (p) and k i.i.d. noise words (q) of sampled_softmax_loss: every
+    ordered tuple of noise words, weighted by its probability -- exact, no sampling."""
+    V = p.numel()
+    tuples = torch.cartesian_prod(*[torch.arange(V)] * k).reshape(-1, k)
+    T = tuples.shape[0]
+    data = torch.arange(V).repeat_interleave(T)
+    noise = tuples.repeat(V, 1)
+    weight = p[data] * q[noise].prod(1)
+    lq = q.log()
+    loss = sampled_softmax_loss(s[data], s[noise], lq[data], lq[noise], data_ids=data,
+                                noise_ids=noise, reduction="none", **kwargs)
+    return (weight * loss).sum()
+
+
+def _sampled_population_optimum(p, q, k, **kwargs):
+    # Newton on the V - 1 free scores (the loss is invariant to a common shift)
+    x = torch.zeros(p.numel() - 1, **f64)
+
+    def f(x):
+        return _sampled_population_loss(torch.cat([x.new_zeros(1), x]), p, q, k, **kwargs)
+
+    for _ in range(12):
+        g = torch.autograd.functional.jacobian(f, x)
+        x = x - torch.linalg.solve(torch.autograd.functional.hessian(f, x), g)
+    return torch.softmax(torch.cat([x.new_zeros(1), x]), 0), g
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("q", [torch.full((5,), 0.2, **f64),
+                               torch.tensor([0.1, 0.1, 0.2, 0.25, 0.35], **f64)])
+def test_sampled_softmax_default_is_consistent_at_every_k(k, q):
+    # i.i.d. noise + log q correction = ranking NCE (Ma & Collins 2018): the exact population
+    # gradient vanishes at s = log p_d (+ any constant) for every k, with the default arguments
+    s = (_P_REVIEW.log() + 0.7).requires_grad_()
+    loss = _sampled_population_loss(s, _P_REVIEW, q, k)
+    (grad,) = torch.autograd.grad(loss, s)
+    assert grad.abs().max() < 1e-15
+    p_star, _ = _sampled_population_optimum(_P_REVIEW, q, k)
+    assert (p_star - _P_REVIEW).abs().max() < 1e-13
+
+
+def test_sampled_softmax_hit_removal_biases_the_optimum_more_as_k_grows():
+    # masking accidental hits of i.i.d. draws moves the optimum off p_d (uniform q; exact):
+    # KL(p_d || optimum) = 0 at k = 1 (a hit then leaves a constant loss), 4.95e-4 at k = 2,
+    # 1.3e-3 at k = 3 (1.7e-2 at k = 20, in the chapter), towards the frequent words
+    q = torch.full((5,), 0.2, **f64)
+    kl = {}
+    for k in (1, 2, 3):
+        p_star, g = _sampled_population_optimum(_P_REVIEW, q, k, remove_accidental_hits=True)
+        assert g.abs().max() < 1e-14  # a stationary point
+        kl[k] = float((_P_REVIEW * (_P_REVIEW / p_star).log()).sum())
+    assert abs(kl[1]) < 1e-14
+    assert math.isclose(kl[2], 4.9497897943771e-4, rel_tol=1e-6)
+    assert kl[3] > 2 * kl[2]
+    assert p_star[0] > _P_REVIEW[0] and p_star[-1] < _P_REVIEW[-1]
+
+
+def test_sampled_softmax_keeps_accidental_hits_by_default():
+    s, n, lq, nq = _batch(B=3, k=4)
+    data_ids = torch.tensor([5, 6, 7])
+    noise_ids = torch.tensor([[5, 1, 2, 5], [0, 1, 2, 3], [9, 7, 8, 4]])
+    default = sampled_softmax_loss(s, n, lq, nq, data_ids=data_ids, noise_ids=noise_ids,
+                                   reduction="none")
+    assert torch.equal(default, sampled_softmax_loss(s, n, lq, nq, reduction="none"))
+    masked = sampled_softmax_loss(s, n, lq, nq, data_ids=data_ids, noise_ids=noise_ids,
+                                  remove_accidental_hits=True, reduction="none")
+    assert default[0] > masked[0]
+
+
+# ------------------------------------------------------------------------------------------------
 # Bad input to the losses: one test per kind
 # ------------------------------------------------------------------------------------------------
 def _good():
@@ -432,11 +511,14 @@ def test_negative_sampling_bad_inputs():
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(), ValueError, "remove_accidental_hits=True needs 'data_ids' and 'noise_ids'"),
-    (dict(data_ids=torch.zeros(3), noise_ids=torch.zeros(3, 2, dtype=torch.long)), TypeError,
+    (dict(remove_accidental_hits=True), ValueError,
+     "remove_accidental_hits=True needs 'data_ids' and 'noise_ids'"),
+    (dict(data_ids=torch.zeros(3), noise_ids=torch.zeros(3, 2, dtype=torch.long),
+          remove_accidental_hits=True), TypeError,
      "argument 'data_ids' must be an integer tensor"),
     (dict(data_ids=torch.zeros(3, dtype=torch.long), noise_ids=torch.zeros(3, 3,
-                                                                          dtype=torch.long)),
+                                                                          dtype=torch.long),
+          remove_accidental_hits=True),
      ValueError, r"argument 'noise_ids' must have shape \[3, 2\] or \[2\]"),
     (dict(subtract_log_q=1, remove_accidental_hits=False), TypeError,
      "argument 'subtract_log_q' must be a bool"),
