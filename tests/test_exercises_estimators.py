@@ -53,6 +53,17 @@ def test_gaussian_kl_accepts(capsys):
     assert "correct" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("answer", [
+    # Kingma & Welling's form, with methods instead of functions
+    lambda mu, lv: -0.5 * torch.sum(1 + lv - mu.pow(2) - lv.exp(), dim=-1),
+    # expm1 (accurate near logvar = 0), sigma^2 written as exp(log sigma)^2
+    lambda mu, lv: 0.5 * (torch.expm1(lv) - lv + mu * mu).sum(dim=-1),
+    lambda mu, lv: (0.5 * (torch.exp(0.5 * lv) ** 2 + mu**2 - 1) - 0.5 * lv).sum(-1),
+])
+def test_gaussian_kl_accepts_other_right_forms(answer):
+    assert check("estimators-gaussian-kl", answer)
+
+
 # --- estimators-bernoulli-score ----------------------------------------------------------------
 def bern_right(f, logit, n, generator):
     p = torch.sigmoid(logit)
@@ -107,7 +118,14 @@ def bern_package(f, logit, n, generator):  # the package's estimator with autogr
     return score_function_estimates(f, sample, log_prob, logit, n, generator=generator)
 
 
+def bern_one_minus_p(f, logit, n, generator):  # the score b - (1 - p): p and 1 - p swapped
+    p = torch.sigmoid(logit)
+    b = (torch.rand(n, generator=generator, dtype=logit.dtype) < p).to(logit.dtype)
+    return f(b) * (b - (1 - p))
+
+
 @pytest.mark.parametrize("answer, message", [
+    (bern_one_minus_p, "only the two values"),
     (bern_score_in_p, "only the two values"),
     (bern_wrong_sign, "only the two values"),
     (bern_exact, "only the two values"),
@@ -123,8 +141,15 @@ def test_bernoulli_score_rejects(answer, message):
         check("estimators-bernoulli-score", answer)
 
 
+def bern_torch_bernoulli(f, logit, n, generator):  # right: torch.bernoulli, score by cases
+    p = torch.sigmoid(logit)
+    b = torch.bernoulli(p.expand(n), generator=generator)
+    return f(b) * torch.where(b == 1, 1 - p, -p)
+
+
 def test_bernoulli_score_accepts():
     assert check("estimators-bernoulli-score", bern_right)
+    assert check("estimators-bernoulli-score", bern_torch_bernoulli)
 
 
 # --- estimators-laplace-sampler ----------------------------------------------------------------
