@@ -142,8 +142,27 @@ def baselines_in_place(rewards, decay):
     return out
 
 
-def test_baseline_accepts_right_answer(capsys):
-    assert check("attention-baseline", baselines)
+def baselines_closed_form(rewards, decay):
+    # b_t = (1 - decay) * sum_{k < t} decay^(t-1-k) * (mean reward of step k), as one matrix
+    m = rewards.mean(dim=1).double()
+    t = torch.arange(m.shape[0])
+    power = (t[:, None] - 1 - t[None, :]).clamp(min=0).double()
+    w = torch.where(t[:, None] > t[None, :], (1 - decay) * decay ** power,
+                    torch.zeros((), dtype=torch.float64))
+    return w @ m
+
+
+def baselines_sum(rewards, decay):
+    out, b = [], 0.0
+    for row in rewards:
+        out.append(b)
+        b = decay * b + (1 - decay) * float(row.sum())      # the sum, not the mean
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("answer", [baselines, baselines_closed_form])
+def test_baseline_accepts_right_answers(answer, capsys):
+    assert check("attention-baseline", answer)
     assert "correct on 4 test cases" in " ".join(capsys.readouterr().out.split())
 
 
@@ -159,6 +178,10 @@ def test_baseline_accepts_right_answer(capsys):
     (lambda r, d: torch.cat([torch.zeros(1, dtype=torch.float64),
                              r.mean(1).cumsum(0)[:-1] / torch.arange(1, r.shape[0])]),
      r"for input rewards \[\[-1, -3\]"),
+    # the step's summed reward instead of its mean
+    (baselines_sum, r"for input rewards \[\[-1, -3\]"),
+    # a Python list instead of a tensor
+    (lambda r, d: baselines(r, d).tolist(), "should be a tensor of shape"),
     (stub, "NotImplementedError"),
 ])
 def test_baseline_rejects_wrong_answers(answer, message):
