@@ -432,13 +432,43 @@ def test_gumbel_max_dtypes_and_impossible_classes(dtype):
         (torch.tensor([0.0, float("inf")]), ValueError, "argument 'logits' contains \\+inf"),
         (torch.tensor([[0.0, 1.0], [-math.inf, -math.inf]]), ValueError, "no possible class"),
         (torch.tensor(1.0), ValueError, "argument 'logits' is a 0-d"),
-        (torch.zeros(2, 0), ValueError, "argument 'logits' is empty"),
+        (torch.zeros(2, 0), ValueError, "argument 'logits' has empty rows"),
+        (torch.zeros(0), ValueError, "argument 'logits' has empty rows"),
         (torch.tensor([1, 2]), TypeError, "argument 'logits'"),
     ],
 )
 def test_gumbel_max_bad_arguments(logits, exc, match):
     with pytest.raises(exc, match="^gumbel_max: .*" + match):
         gumbel_max(logits)
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (2, 0, 4)])
+def test_samplers_accept_an_empty_batch(shape):
+    # review of the third edition: an empty batch (no rows) was rejected like an empty row,
+    # though the docstrings promise only to reject empty rows
+    x = torch.zeros(shape, dtype=torch.float64)
+    batch = shape[:-1]
+    assert gumbel_max(x, generator=gen(1)).shape == batch
+    assert gumbel_softmax(x, 0.5, generator=gen(1)).shape == shape
+    assert gumbel_softmax(x, 1e-3, hard=True, generator=gen(1)).shape == shape
+    tau = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    assert gumbel_softmax(x, tau, generator=gen(1)).shape == shape
+    idx, vals = gumbel_topk(x, 2, generator=gen(1), return_perturbed=True)
+    assert idx.shape == vals.shape == batch + (2,)
+    assert gumbel_with_max(x, torch.zeros(batch, dtype=torch.float64)).shape == shape
+    assert plackett_luce_log_prob(x, torch.tensor([1, 0])).shape == batch
+    assert truncated_gumbel(x, torch.zeros((), dtype=torch.float64)).shape == shape
+    assert sample_gumbel(shape, loc=x).shape == shape
+
+
+@pytest.mark.parametrize("func", [
+    lambda x: gumbel_max(x), lambda x: gumbel_softmax(x, 1.0), lambda x: gumbel_topk(x, 1),
+    lambda x: plackett_luce_log_prob(x, torch.zeros(x.shape[:-1] + (1,), dtype=torch.long)),
+    lambda x: gumbel_with_max(x, torch.zeros(x.shape[:-1]))])
+def test_samplers_reject_empty_rows(func):
+    for shape in [(3, 0), (0, 0)]:
+        with pytest.raises(ValueError, match=r"argument '(logits|loc)' has empty rows"):
+            func(torch.zeros(shape))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -7,9 +7,11 @@ Conventions used by every function here:
 * Logits (locations) live in the **last** dimension; all leading dimensions are batch dimensions.
 * A logit of ``-inf`` means "impossible": its Gumbel is ``-inf`` and it is never sampled. A row
   whose logits are all ``-inf`` has nothing to sample and is an error. ``NaN`` and ``+inf`` are
-  errors. So are empty rows and 0-d logits, deliberately unlike the softmax functions (which
-  follow PyTorch and SciPy there): a value of an empty reduction exists (``-inf``), a sample
-  from an empty row does not, and a 0-d tensor has no dimension of classes to sample from.
+  errors. So are empty rows (a last dimension of size 0) and 0-d logits, deliberately unlike
+  the softmax functions (which follow PyTorch and SciPy there): a value of an empty reduction
+  exists (``-inf``), a sample from an empty row does not, and a 0-d tensor has no dimension of
+  classes to sample from. An empty *batch* (e.g. shape ``(0, n)``) is fine: no rows, an empty
+  result.
 * Randomness comes only from the optional keyword ``generator`` (a ``torch.Generator`` on the
   device of the tensors); results are on the device, and in the floating dtype, of the inputs.
 * ``torch.func`` works (``grad``, ``jvp``, ``vmap``, ``jacrev``; ``jacfwd`` with
@@ -228,8 +230,8 @@ def _softplus(v: torch.Tensor) -> torch.Tensor:
     return torch.maximum(v, torch.zeros_like(v)) + torch.log1p(torch.exp(-v.abs()))
 
 
-def _check_loc(x, name: str, func: str) -> torch.Tensor:
-    as_float_tensor(x, name, func)
+def _check_loc(x, name: str, func: str, allow_empty: bool = False) -> torch.Tensor:
+    as_float_tensor(x, name, func, allow_empty=allow_empty)
     check_no_nan(x, name, func)
     check_no_posinf(x, name, func)
     return x
@@ -257,8 +259,8 @@ def truncated_gumbel(loc: torch.Tensor, upper: torch.Tensor, *, generator=None) 
     Tensor of shape ``broadcast(loc.shape, upper.shape)`` and the promoted dtype of both.
     """
     func = "truncated_gumbel"
-    _check_loc(loc, "loc", func)
-    as_float_tensor(upper, "upper", func)
+    _check_loc(loc, "loc", func, allow_empty=True)
+    as_float_tensor(upper, "upper", func, allow_empty=True)
     check_no_nan(upper, "upper", func)
     if upper.device != loc.device:
         raise ValueError(
@@ -356,10 +358,10 @@ def gumbel_with_max(loc: torch.Tensor, maximum: torch.Tensor, *, generator=None,
     if not isinstance(return_argmax, bool):
         raise TypeError(f"{func}: argument 'return_argmax' must be a bool, got "
                         f"{type(return_argmax).__name__}")
-    _check_loc(loc, "loc", func)
-    if loc.dim() == 0:
-        raise ValueError(f"{func}: argument 'loc' is a 0-d tensor; it needs a last dimension of items")
-    as_float_tensor(maximum, "maximum", func)
+    _check_rows(loc, "loc", func, what="items")
+    check_no_nan(loc, "loc", func)
+    check_no_posinf(loc, "loc", func)
+    as_float_tensor(maximum, "maximum", func, allow_empty=True)
     check_no_nan(maximum, "maximum", func)
     check_no_posinf(maximum, "maximum", func)
     if maximum.device != loc.device:
@@ -430,13 +432,25 @@ def _gumbel_with_max_top(loc: torch.Tensor, t: torch.Tensor, m: int, generator):
 # ------------------------------------------------------------------------------------------------
 # Gumbel-max, Gumbel-softmax, Gumbel-top-k, Plackett-Luce
 # ------------------------------------------------------------------------------------------------
-def _check_logits(logits, func: str) -> torch.Tensor:
-    as_float_tensor(logits, "logits", func)
-    if logits.dim() == 0:
+def _check_rows(x, name: str, func: str, what: str = "classes") -> torch.Tensor:
+    """A floating tensor with a last dimension of at least one entry. An empty *batch* (a zero
+    among the leading dimensions, e.g. shape ``(0, n)``) is fine and gives an empty result; an
+    empty *row* (last dimension 0) has nothing to sample from and is an error."""
+    as_float_tensor(x, name, func, allow_empty=True)
+    if x.dim() == 0:
         raise ValueError(
-            f"{func}: argument 'logits' is a 0-d tensor; it needs a last dimension of classes"
+            f"{func}: argument '{name}' is a 0-d tensor; it needs a last dimension of {what}"
         )
-    return logits
+    if x.shape[-1] == 0:
+        raise ValueError(
+            f"{func}: argument '{name}' has empty rows (shape {tuple(x.shape)}, last dimension 0): "
+            f"there are no {what} to sample from"
+        )
+    return x
+
+
+def _check_logits(logits, func: str) -> torch.Tensor:
+    return _check_rows(logits, "logits", func)
 
 
 def _explain_bad_rows(logits: torch.Tensor, func: str, k: int | None = None) -> None:
@@ -586,7 +600,7 @@ def gumbel_softmax(logits: torch.Tensor, tau, *, hard: bool = False, dim: int = 
     # The shift costs a pass over the logits, so a float tau takes it only where dividing could
     # overflow (|logits + G| / tau near the dtype's largest number); torch.softmax shifts too.
     if tau_tensor is not None or (
-            tau_value < 1.0
+            tau_value < 1.0 and top.numel() > 0
             and float(_plain(top).abs().max()) > tau_value * torch.finfo(work).max * 1e-6):
         z = perturbed - top if grad else perturbed.sub_(top)
     else:
