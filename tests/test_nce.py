@@ -202,9 +202,9 @@ def test_nce_loss_matches_direct_formula():
         assert torch.isclose(nce_loss(s, n, lq, nq, log_z=log_z), torch.tensor(want.mean(), **f64))
         assert torch.isclose(nce_loss(s, n, lq, nq, log_z=log_z, reduction="sum"),
                              torch.tensor(want.sum(), **f64))
-    # per-example log Z [B] and batch-shared noise log q [k]
+    # per-example log Z [B] and batch-shared noise log q [1, k]
     lz = torch.linspace(-1, 1, 6, **f64)
-    got = nce_loss(s, n, lq, nq[0], log_z=lz, reduction="none")
+    got = nce_loss(s, n, lq, nq[:1], log_z=lz, reduction="none")
     want = -np.log(_sig(S - lz.numpy() - np.log(k) - LQ)) - np.log(
         1 - _sig(N - lz.numpy()[:, None] - np.log(k) - NQ[0][None])).sum(1)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
@@ -254,9 +254,9 @@ def test_sampled_softmax_removes_accidental_hits():
     # without removal the hit counts as a negative and the loss is larger
     kept = sampled_softmax_loss(s, n, lq, nq, remove_accidental_hits=False, reduction="none")
     assert kept[0] > got[0] and kept[2] > got[2] and torch.isclose(kept[1], got[1])
-    # shared noise ids [k]
-    shared = sampled_softmax_loss(s, n, lq, nq[0], data_ids=data_ids,
-                                  noise_ids=torch.tensor([5, 1, 7, 3]),
+    # shared noise ids [1, k]
+    shared = sampled_softmax_loss(s, n, lq, nq[:1], data_ids=data_ids,
+                                  noise_ids=torch.tensor([[5, 1, 7, 3]]),
                                   remove_accidental_hits=True, reduction="none")
     assert torch.isfinite(shared).all()
     # every noise word a hit: only the data word is left, loss 0
@@ -476,7 +476,7 @@ def _good():
     (dict(noise_log_q=torch.full((3, 2), 0.5, **f64)), ValueError,
      "'noise_log_q' holds log-probabilities"),
     (dict(noise_log_q=torch.zeros(3, 3, **f64) - 1), ValueError,
-     r"'noise_log_q' must have shape \[3, 2\] or \[2\]"),
+     r"'noise_log_q' must have shape \[3, 2\] or \[1, 2\]"),
     (dict(data_log_q=torch.zeros(2, **f64) - 1), ValueError, "'data_log_q' must have shape"),
     (dict(data_log_q=torch.tensor([-1.0, float("nan"), -1.0], **f64)), ValueError,
      "'data_log_q' contains NaN"),
@@ -487,6 +487,48 @@ def test_loss_bad_inputs(loss, change, exc, match):
     extra = {} if loss is nce_loss else dict(remove_accidental_hits=False)
     with pytest.raises(exc, match=f"^{loss.__name__}: .*" + match):
         loss(**kwargs, **extra)
+
+
+@pytest.mark.parametrize("loss", [nce_loss, sampled_softmax_loss])
+def test_shared_noise_is_one_row_never_1d(loss):
+    # review, third edition: with B == k a [B] noise_log_q was silently read as the shared [k]
+    # form. Shared noise is now [1, k]; any 1-D noise_log_q is refused with a clear message.
+    s, n, lq, nq = _batch(B=4, k=4)
+    shared_row = nq[:1]
+    got = loss(s, n, lq, shared_row, reduction="none")
+    assert torch.equal(got, loss(s, n, lq, shared_row.expand(4, 4), reduction="none"))
+    for one_d in (lq, nq[0]):  # the data words' log q by mistake, or the old [k] form
+        with pytest.raises(ValueError, match=r"^" + loss.__name__ + r": argument 'noise_log_q' "
+                           r"must have shape \[4, 4\] or \[1, 4\] .*got \[4\]; a 1-D tensor "
+                           r"is ambiguous.*noise_log_q\[None\]"):
+            loss(s, n, lq, one_d)
+    if loss is sampled_softmax_loss:
+        ids = torch.tensor([0, 1, 2, 3])
+        with pytest.raises(ValueError, match=r"argument 'noise_ids' must have shape \[4, 4\] or "
+                           r"\[1, 4\].*ambiguous"):
+            loss(s, n, lq, nq, data_ids=ids, noise_ids=ids, remove_accidental_hits=True)
+        row = loss(s, n, lq, nq, data_ids=ids, noise_ids=torch.tensor([[0, 0, 5, 3]]),
+                   remove_accidental_hits=True, reduction="none")
+        full = loss(s, n, lq, nq, data_ids=ids, noise_ids=torch.tensor([[0, 0, 5, 3]] * 4),
+                    remove_accidental_hits=True, reduction="none")
+        assert torch.equal(row, full)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_losses_in_half_precision_keep_their_dtype_and_value(dtype):
+    # edge probe: half-precision inputs give a loss of their dtype, close to float64's; one row
+    # (B = 1) and many rows agree row by row
+    s, n, lq, nq = _batch(B=5, k=3, seed=8)
+    tol = dict(rtol=2e-2, atol=2e-2)
+    for loss in (nce_loss, sampled_softmax_loss):
+        half = loss(s.to(dtype), n.to(dtype), lq.to(dtype), nq.to(dtype), reduction="none")
+        assert half.dtype == dtype
+        assert torch.allclose(half.double(), loss(s, n, lq, nq, reduction="none"), **tol)
+        one = loss(s[:1], n[:1], lq[:1], nq[:1], reduction="none")
+        assert torch.allclose(one, loss(s, n, lq, nq, reduction="none")[:1], rtol=1e-15)
+    half = negative_sampling_loss(s.to(dtype), n.to(dtype), reduction="none")
+    assert half.dtype == dtype
+    assert torch.allclose(half.double(), negative_sampling_loss(s, n, reduction="none"), **tol)
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
@@ -519,7 +561,7 @@ def test_negative_sampling_bad_inputs():
     (dict(data_ids=torch.zeros(3, dtype=torch.long), noise_ids=torch.zeros(3, 3,
                                                                           dtype=torch.long),
           remove_accidental_hits=True),
-     ValueError, r"argument 'noise_ids' must have shape \[3, 2\] or \[2\]"),
+     ValueError, r"argument 'noise_ids' must have shape \[3, 2\] or \[1, 2\]"),
     (dict(subtract_log_q=1, remove_accidental_hits=False), TypeError,
      "argument 'subtract_log_q' must be a bool"),
 ])

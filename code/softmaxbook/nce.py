@@ -307,13 +307,22 @@ def _check_scores(data_scores, noise_scores, func: str):
     return data_scores, noise_scores
 
 
+def _shared_shape_error(name, shape, got, func):
+    # Batch-shared noise is one row [1, k], never a 1-D [k]: with B == k a 1-D [B] tensor (say,
+    # the data words' log q passed by mistake) would be read as the shared form without a word.
+    hint = (f"; a 1-D tensor is ambiguous (it could be [B] or [k]): pass {name}[None] for "
+            f"batch-shared noise") if len(got) == 1 else ""
+    raise ValueError(f"{func}: argument '{name}' must have shape {list(shape)} or "
+                     f"[1, {shape[1]}] (one row shared by the batch), got {list(got)}{hint}")
+
+
 def _check_log_q(log_q, name: str, shape, func: str, dtype) -> torch.Tensor:
     log_q = as_float_tensor(log_q, name, func)
-    ok = tuple(log_q.shape) == tuple(shape) or (len(shape) == 2 and tuple(log_q.shape) ==
-                                                 (shape[1],))
-    if not ok:
-        extra = f" or [{shape[1]}] (shared noise)" if len(shape) == 2 else ""
-        raise ValueError(f"{func}: argument '{name}' must have shape {list(shape)}{extra}, got "
+    if len(shape) == 2:
+        if tuple(log_q.shape) not in (tuple(shape), (1, shape[1])):
+            _shared_shape_error(name, shape, tuple(log_q.shape), func)
+    elif tuple(log_q.shape) != tuple(shape):
+        raise ValueError(f"{func}: argument '{name}' must have shape {list(shape)}, got "
                          f"{list(log_q.shape)}")
     check_no_nan(log_q, name, func)
     bad = torch.isneginf(log_q)
@@ -395,8 +404,9 @@ def nce_loss(data_scores: torch.Tensor, noise_scores: torch.Tensor, data_log_q: 
         (for batch-shared noise, the same k words scored under each context).
     data_log_q : torch.Tensor ``[B]``
         ``log q(w_b)``, finite (q must give every data word a positive probability).
-    noise_log_q : torch.Tensor ``[B, k]`` or ``[k]`` (batch-shared noise)
-        ``log q(w'_{bj})``.
+    noise_log_q : torch.Tensor ``[B, k]``, or ``[1, k]`` for batch-shared noise
+        ``log q(w'_{bj})``. A 1-D ``[k]`` is refused: with ``B == k`` it could not be told from
+        a ``[B]`` tensor passed by mistake.
     log_z : float or torch.Tensor (scalar or ``[B]``)
         The model's log normaliser: ``0`` (default) fixes it, as Mnih & Teh (2012) do; pass a
         tensor with ``requires_grad=True`` to learn it (Gutmann & Hyvärinen 2012, sec. 2.3).
@@ -492,9 +502,10 @@ def sampled_softmax_loss(data_scores: torch.Tensor, noise_scores: torch.Tensor,
     data_scores : torch.Tensor ``[B]``
     noise_scores : torch.Tensor ``[B, k]``
     data_log_q : torch.Tensor ``[B]``
-    noise_log_q : torch.Tensor ``[B, k]`` or ``[k]``
+    noise_log_q : torch.Tensor ``[B, k]``, or ``[1, k]`` for batch-shared noise (not ``[k]``,
+        which could not be told from a ``[B]`` tensor when ``B == k``)
     data_ids : torch.Tensor of int ``[B]``, optional
-    noise_ids : torch.Tensor of int ``[B, k]`` or ``[k]``, optional
+    noise_ids : torch.Tensor of int ``[B, k]`` or ``[1, k]``, optional
         The words themselves: needed for ``remove_accidental_hits``.
     subtract_log_q : bool
         Apply the log-Q correction (default). Without it the loss is biased towards the noise
@@ -549,17 +560,17 @@ def sampled_softmax_loss(data_scores: torch.Tensor, noise_scores: torch.Tensor,
         if data_ids is None or noise_ids is None:
             raise ValueError(f"{func}: remove_accidental_hits=True needs 'data_ids' and "
                              f"'noise_ids' (or pass remove_accidental_hits=False)")
-        for name, ids, shapes in (("data_ids", data_ids, [(B,)]),
-                                  ("noise_ids", noise_ids, [(B, k), (k,)])):
+        for name, ids in (("data_ids", data_ids), ("noise_ids", noise_ids)):
             if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or \
                     ids.is_complex() or ids.dtype == torch.bool:
                 raise TypeError(f"{func}: argument '{name}' must be an integer tensor of word "
                                 f"indices, got {getattr(ids, 'dtype', type(ids).__name__)}")
-            if tuple(ids.shape) not in shapes:
-                raise ValueError(f"{func}: argument '{name}' must have shape "
-                                 f"{' or '.join(str(list(s)) for s in shapes)}, got "
-                                 f"{list(ids.shape)}")
-        hits = noise_ids.to(data_ids.device).reshape(-1, k) == data_ids.reshape(-1, 1)
+        if tuple(data_ids.shape) != (B,):
+            raise ValueError(f"{func}: argument 'data_ids' must have shape [{B}], got "
+                             f"{list(data_ids.shape)}")
+        if tuple(noise_ids.shape) not in ((B, k), (1, k)):
+            _shared_shape_error("noise_ids", (B, k), tuple(noise_ids.shape), func)
+        hits = noise_ids.to(data_ids.device) == data_ids.reshape(-1, 1)
         noise_logit = noise_logit.expand(B, k).masked_fill(hits, -math.inf)
     logits = torch.cat([data_logit.unsqueeze(-1), noise_logit.expand(B, k)], dim=-1)
     target = torch.zeros(B, dtype=torch.long, device=logits.device)
