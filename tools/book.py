@@ -4,14 +4,14 @@
     python3 tools/book.py build            # strict build of the HTML book -> _build/html
     python3 tools/book.py test             # every test: package, notebooks, exercises, browser
     python3 tools/book.py test-seeds       # every chapter executed again under other seeds
-    python3 tools/book.py student [CH ...]   # student notebooks (solutions stubbed) -> _build/student
+    python3 tools/book.py student [CH ...]   # student notebooks (solutions stubbed) -> work/ (edited ones kept)
     python3 tools/book.py answer-key [CH ...]  # exercises with their solutions -> _build/answer-key
     python3 tools/book.py build-nosolutions [CH ...]  # the site without solutions -> _build/nosolutions/html
     python3 tools/book.py exercise-index   # book/exercise_index.md (every build writes it first)
     python3 tools/book.py pdf [CH ...]     # the book as a PDF (Chromium prints the single-page HTML) -> _build/book.pdf
-    python3 tools/book.py grade SUBMISSIONS/  # run and check submitted student notebooks -> _build/grades
+    python3 tools/book.py grade SUBMISSIONS/ [-j N]  # each notebook in a sandbox, checked outside it -> _build/grades
     python3 tools/book.py serve            # serve _build/html on http://127.0.0.1:8000
-    python3 tools/book.py lab              # open the notebooks in JupyterLab
+    python3 tools/book.py lab [--authors]  # the student notebooks (work/) in JupyterLab; --authors: book/
     python3 tools/book.py build-chapter book/01_softmax.ipynb   # one chapter alone, strictly
     python3 tools/book.py clean [NB ...]   # strip outputs/metadata (default: book/*.ipynb) before committing
     python3 tools/book.py setup            # (re)create .venv when requirements changed
@@ -200,16 +200,54 @@ def build_chapter(args) -> None:
     say(f"chapter built: {target / '_build' / 'html' / page.with_suffix('.html')}")
 
 
+WORK = ROOT / "work"  # the student notebooks: outside _build/, ignored by git, never wiped
+
+
 def student(args=None) -> None:
-    """Student notebooks: solutions replaced by stubs, outputs empty (all chapters, or the
-    chapters given: an assignment)."""
+    """Student notebooks (solutions replaced by stubs, outputs empty) in work/ (all chapters, or
+    the chapters given: an assignment). A notebook there that was edited is never overwritten: the
+    new version goes beside it, and the command says so. Glued numbers come from the build's cache
+    when there is one (nothing is executed)."""
+    import filecmp
+    import tempfile
+
     setup()
-    target = BUILD / "student"
-    if target.exists():
-        shutil.rmtree(target)
+    target = Path(getattr(args, "out", None) or WORK).resolve()
     chapters = list(getattr(args, "chapters", None) or [])
-    run([PY, "-m", "softmaxbook.exercises.student", ROOT / "book", target, *chapters])
-    say(f"student notebooks in {target}")
+    target.mkdir(parents=True, exist_ok=True)
+    pristine = target / ".pristine"  # what this command last wrote: unedited if still equal
+    pristine.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="student-", dir=target) as tmp:
+        fresh = Path(tmp)
+        proc = subprocess.run([str(c) for c in [PY, "-m", "softmaxbook.exercises.student",
+                                                ROOT / "book", fresh, *chapters, "--glue",
+                                                "cache"]], cwd=ROOT, capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stdout + proc.stderr)
+            sys.exit(proc.returncode)
+        kept, written = [], []
+        for nb in sorted(fresh.glob("*.ipynb")):
+            dest, last = target / nb.name, pristine / nb.name
+            edited = dest.exists() and not (last.exists() and filecmp.cmp(dest, last,
+                                                                          shallow=False))
+            if edited and filecmp.cmp(dest, nb, shallow=False):
+                edited = False
+            if edited:
+                beside = dest.with_name(f"{dest.stem} (new).ipynb")
+                shutil.copyfile(nb, beside)
+                kept.append((dest, beside))
+            else:
+                shutil.copyfile(nb, dest)
+                written.append(dest)
+            shutil.copyfile(nb, last)
+    say(f"student notebooks in {target} ({len(written)} written)")
+    for dest, beside in kept:
+        print(f"  {dest.name}: you have edited it, so it was left as it is; the new version is "
+              f"beside it: {beside.name}")
+    if not (ROOT / ".jupyter_cache").is_dir():
+        print("  (no build cache: numbers the book computes are shown when you run the notebook;"
+              " `python3 tools/book.py build` first puts them in the text)")
 
 
 def answer_key(args=None) -> None:
@@ -225,15 +263,23 @@ def answer_key(args=None) -> None:
 
 
 def grade(args) -> None:
-    """Grade submitted student notebooks (softmaxbook.exercises.grade): gradebook and feedback."""
+    """Grade submitted student notebooks (softmaxbook.exercises.grade): each runs in a
+    bubblewrap sandbox, every verdict is decided outside it; gradebook and feedback."""
     setup()
     subs = Path(args.submissions).resolve()
     if not subs.is_dir():
         sys.exit(f"grade: argument 'submissions' must be a folder, got {args.submissions}")
     out = Path(args.out).resolve() if args.out else BUILD / "grades"
+    extra = ["-j", args.jobs]
+    if args.chapters:
+        extra += ["--chapters", *args.chapters]
+    if args.points:
+        extra += ["--points", *args.points]
+    extra += ["--fresh"] if args.fresh else []
+    extra += ["--unsafe"] if args.unsafe else []
     run([PY, "-m", "softmaxbook.exercises.grade", subs, "--book", ROOT / "book", "--toc", ROOT,
          "--out", out, "--cell-timeout", args.cell_timeout, "--check-timeout",
-         args.check_timeout, "--notebook-timeout", args.notebook_timeout])
+         args.check_timeout, "--notebook-timeout", args.notebook_timeout, *extra])
     say(f"gradebook: {out / 'gradebook.csv'}; feedback per student: {out / 'feedback'}")
 
 
@@ -397,9 +443,20 @@ def sweep(args) -> None:
     run([PY, ROOT / "tools" / "sweep.py", *args.sweep_args])
 
 
-def lab(_args=None) -> None:
+def lab(args=None) -> None:
+    """JupyterLab on the student notebooks in work/ (written first if missing); the authors'
+    notebooks in book/ (solutions visible) only with --authors. Works as root."""
     setup()
-    run([BIN / "jupyter", "lab", "book"])
+    if getattr(args, "authors", False):
+        folder = ROOT / "book"
+    else:
+        folder = WORK
+        if not list(folder.glob("*.ipynb")):
+            student(argparse.Namespace(chapters=[], out=None))
+    cmd = [BIN / "jupyter", "lab", folder]
+    if os.name != "nt" and os.geteuid() == 0:
+        cmd.append("--allow-root")  # Jupyter refuses root without it
+    run(cmd + list(getattr(args, "lab_args", None) or []))
 
 
 def main() -> None:
@@ -418,8 +475,10 @@ def main() -> None:
     p.add_argument("notebook", help="e.g. book/01_softmax.ipynb")
     p.set_defaults(func=build_chapter)
     chapters_help = "only these chapters (e.g. 05_euler_lagrange or 5); default: all"
-    p = sub.add_parser("student", help="write student notebooks to _build/student")
+    p = sub.add_parser("student", help="write student notebooks to work/ (an edited one is "
+                                       "kept; the new version goes beside it)")
     p.add_argument("chapters", nargs="*", help=chapters_help)
+    p.add_argument("--out", help="the folder (default: work/)")
     p.set_defaults(func=student)
     p = sub.add_parser("answer-key", help="write answer keys (exercises and solutions) to "
                                           "_build/answer-key")
@@ -427,10 +486,19 @@ def main() -> None:
     p.set_defaults(func=answer_key)
     sub.add_parser("exercise-index", help="write book/exercise_index.md (done by every build)"
                    ).set_defaults(func=exercise_index)
-    p = sub.add_parser("grade", help="grade submitted student notebooks -> _build/grades")
+    p = sub.add_parser("grade", help="grade submitted student notebooks, each in a sandbox "
+                                     "-> _build/grades")
     p.add_argument("submissions", help="a folder with one folder (or notebook) per student")
     p.add_argument("--out", help="where to write gradebook.csv and feedback/ (default: "
                                  "_build/grades)")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="students graded at once (1)")
+    p.add_argument("--chapters", nargs="+", help="the assignment's chapters: fix the columns")
+    p.add_argument("--points", nargs="*", default=[], metavar="LABEL=N",
+                   help="points per exercise (default 1)")
+    p.add_argument("--fresh", action="store_true", help="grade everyone again (default: a "
+                                                        "rerun keeps unchanged students)")
+    p.add_argument("--unsafe", action="store_true",
+                   help="without bubblewrap: run the notebooks unsandboxed (dangerous)")
     p.add_argument("--cell-timeout", type=float, default=120, help="seconds per cell (120)")
     p.add_argument("--check-timeout", type=float, default=60, help="seconds per check (60)")
     p.add_argument("--notebook-timeout", type=float, default=900,
@@ -458,7 +526,11 @@ def main() -> None:
     p = sub.add_parser("clean", help="strip outputs and metadata from notebooks (default: book/*.ipynb)")
     p.add_argument("notebooks", nargs="*", help="only these notebooks")
     p.set_defaults(func=clean)
-    sub.add_parser("lab", help="open the notebooks in JupyterLab").set_defaults(func=lab)
+    p = sub.add_parser("lab", help="open the student notebooks (work/) in JupyterLab")
+    p.add_argument("--authors", action="store_true",
+                   help="open the authors' notebooks in book/ instead (solutions visible)")
+    p.add_argument("lab_args", nargs=argparse.REMAINDER, help="extra arguments for jupyter lab")
+    p.set_defaults(func=lab)
     p = sub.add_parser("sweep", help="measure the false-alarm rate of a chapter's asserts over "
                                      "many seeds (see tools/sweep.py --help)", add_help=False)
     p.add_argument("sweep_args", nargs=argparse.REMAINDER)

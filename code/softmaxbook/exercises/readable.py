@@ -191,7 +191,10 @@ def _role(m: re.Match, ctx: Context) -> str:
         key, _, spec = target.rpartition(":") if ":" in target else (target, "", "")
         if not key:
             key, spec = target, ""
-        if ctx.glue is None or key not in ctx.glue:
+        if ctx.glue is None:
+            # no executed notebook at hand: the number appears when the student runs the cell
+            return f"*(`{key}`, computed by the code of this chapter)*"
+        if key not in ctx.glue:
             return m.group(0)
         try:
             return _format_glue(ctx.glue[key].strip(), spec)

@@ -112,12 +112,20 @@ def make_student_notebook(nb: nbformat.NotebookNode, chapter: str | None = None,
     without MyST (numbered equations, glued numbers, citations, exercise numbers; see that module)
     and the stubs name the exercise by its number ("Exercise 5.4") instead of its label.
     """
+    from .index import notebook_exercises
+
     nb = copy.deepcopy(nb)
+    number = context.chapter_number if context is not None else None
+    exercises = notebook_exercises(nb, chapter or "", number)
+    by_label = {ex.label: ex for ex in exercises}
+    answered: set[str] = set()  # exercises given an answer cell
     cells = []
     in_gated, label = False, None
     for cell in nb.cells:
         tags = set(cell.get("metadata", {}).get("tags", []))
         if cell.cell_type == "markdown":
+            solved = [arg for name, arg, _ in _segments(cell.source)
+                      if name in ("solution", "solution-start") and arg in by_label]
             text, in_gated_after, new_label = strip_solution_markdown(cell.source, in_gated)
             label = new_label or label
             in_gated = in_gated_after
@@ -128,6 +136,11 @@ def make_student_notebook(nb: nbformat.NotebookNode, chapter: str | None = None,
             if text.strip():
                 cell.source = text
                 cells.append(cell)
+            for lab in solved:  # where the solution was: the student's answer goes there
+                ex = by_label[lab]
+                if not ex.auto_checked and lab not in answered:
+                    answered.add(lab)
+                    cells.extend(_answer_cells(ex))
             continue
         if cell.cell_type == "code" and "solution" in tags:
             if not in_gated or label is None:
@@ -148,11 +161,41 @@ def make_student_notebook(nb: nbformat.NotebookNode, chapter: str | None = None,
         "**Student version.** The solutions are removed. Fill in each cell that raises "
         "`NotImplementedError` or holds `...`, then run the `check(...)` cell below it: it tells "
         "you whether your answer is right, and if not, for which input.")
+    checked = [ex for ex in exercises if ex.auto_checked]
+    if exercises:
+        items = ",\n    ".join(f"({ex.check!r}, {ex.answer!r}, {ex.numbered!r})"
+                               for ex in checked)
+        hand = ", ".join(f"({ex.numbered!r}, {ex.kind!r})" for ex in exercises
+                         if not ex.auto_checked)
+        cells.append(nbformat.v4.new_markdown_cell(
+            "## Your progress\n\nRun the cell below: it runs every check of this chapter on "
+            "your answers and lists which exercises pass."))
+        progress_cell = nbformat.v4.new_code_cell(
+            "from softmaxbook.exercises.progress import progress\n\n"
+            f"progress([\n    {items}\n], globals(), by_hand=[{hand}])")
+        progress_cell.metadata["tags"] = ["exercise-progress"]
+        cells.append(progress_cell)
     nb.cells = [note] + cells
     nb.metadata.pop("widgets", None)
     if chapter is not None:
         nb.metadata["softmaxbook"] = {"chapter": chapter}
     return nb
+
+
+def _answer_cells(ex) -> list:
+    """The cell(s) where a student answers a derivation or an exploration."""
+    if ex.kind == "exploration":
+        cell = nbformat.v4.new_code_cell(f"# Exercise {ex.numbered}: your exploration here.\n")
+        cell.metadata["tags"] = ["exercise-answer"]
+        md = nbformat.v4.new_markdown_cell(f"**Your answer to Exercise {ex.numbered}.** "
+                                           "What did you find? (double-click to write)")
+        md.metadata["tags"] = ["exercise-answer"]
+        return [cell, md]
+    md = nbformat.v4.new_markdown_cell(
+        f"**Your answer to Exercise {ex.numbered}.** Write your {ex.kind} here (double-click; "
+        "Markdown, with LaTeX between `$` signs).")
+    md.metadata["tags"] = ["exercise-answer"]
+    return [md]
 
 
 _BLOCK = re.compile(r"^\s*(?P<fence>`{3,}|:{3,})\{(?P<name>(?:exercise|solution)(?:-start|-end)?)\}"
@@ -320,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--glue", choices=("auto", "cache", "none"), default="auto",
                         help="where the glued numbers come from: the build's execution cache, "
                              "else one execution of the notebook (auto, the default); the cache "
-                             "only; or nowhere (the {glue:text} roles stay)")
+                             "only; or nowhere (the text then points to the code that computes "
+                             "them)")
     parser.add_argument("--cache", type=Path, default=None,
                         help="the build's Jupyter cache (default: .jupyter_cache next to source)")
     parser.add_argument("--myst", action="store_true",
