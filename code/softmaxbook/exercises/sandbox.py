@@ -222,6 +222,7 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
                                     start_new_session=True)
             killed = None
             watch_key, since = None, time.monotonic()
+            seen_size, events = -1, []
             while True:
                 try:
                     proc.wait(timeout=0.25)
@@ -229,7 +230,13 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
                 except subprocess.TimeoutExpired:
                     pass
                 now = time.monotonic()
-                events = _progress(jobdir / "progress.jsonl")
+                try:
+                    size = (jobdir / "progress.jsonl").stat().st_size
+                except OSError:
+                    size = 0
+                if size != seen_size:  # parse again only when the runner wrote something
+                    seen_size = size
+                    events = _progress(jobdir / "progress.jsonl")
                 last = events[-1] if events else None
                 if now > deadline:
                     killed = ("deadline", last)

@@ -50,6 +50,7 @@ _FLAG_MODULES = {
     "threading": "runs code outside the cells", "signal": "changes the grader's signals",
     "pty": "starts processes", "sysconfig": None, "site": "changes the import system",
 }
+_HARMLESS = {"importlib.resources", "importlib.metadata"}  # data files, versions
 _ALLOWED_PACKAGE_IMPORTS = {("softmaxbook.exercises", "check")}
 
 
@@ -110,7 +111,7 @@ def notebook_flags(cells: list[tuple[int, str]], code_numbers: dict[int, int]) -
                     top = a.name.split(".")[0]
                     imported_modules.add(a.asname or top)
                     why = _FLAG_MODULES.get(top) or _FLAG_MODULES.get(a.name.split(".")[-1])
-                    if why:
+                    if why and a.name not in _HARMLESS:
                         add(i, f"import {a.name}", why)
                     if a.name.startswith("softmaxbook.exercises"):
                         add(i, f"import {a.name}", "reaches into the checking code")
@@ -118,7 +119,7 @@ def notebook_flags(cells: list[tuple[int, str]], code_numbers: dict[int, int]) -
                 mod = node.module or ""
                 top = mod.split(".")[0]
                 why = _FLAG_MODULES.get(top) or _FLAG_MODULES.get(mod.split(".")[-1])
-                if why:
+                if why and mod not in _HARMLESS:
                     add(i, f"from {mod} import ...", why)
                 for a in node.names:
                     if mod.startswith("softmaxbook.exercises") and \
