@@ -228,6 +228,12 @@ class Replay:
         for mode in stack:
             if isinstance(mode, forbidden):
                 self.forbidden_names.update(mode.names.values())
+        hook = sys.getprofile()  # watch_calls: the functions the check watches are forbidden
+        names = getattr(getattr(hook, "__code__", None), "co_freevars", ())
+        if "codes" in names and hook.__closure__ is not None:
+            codes = hook.__closure__[names.index("codes")].cell_contents
+            if isinstance(codes, dict):
+                self.forbidden_names.update(str(v) for v in codes.values())
         for (mod, name), value in self._snapshot.items():
             if getattr(sys.modules.get(mod), name, value) is not value:
                 self.package_forbidden = True  # the check patched the book's own functions

@@ -1,0 +1,123 @@
+"""The grader's trusted side without a sandbox (fast): the replay decides on recorded results,
+forged or malformed records fail and are flagged, the static scan flags tampering and finds
+forbidden functions in the answer's own code, honest code is not flagged."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+import torch
+
+from conftest import BOOK, chapter_notebooks
+from softmaxbook.exercises import scan
+from softmaxbook.exercises.replay import verdict
+from softmaxbook.exercises.sandbox_runner import Recorder, encode
+
+
+def record(label, func):
+    """What the sandbox sends back for ``func`` (recorded in this process, for the test)."""
+    from softmaxbook.exercises import check
+
+    calls = []
+    try:
+        check(label, Recorder(func, calls))
+    except BaseException:  # noqa: BLE001 - a failing answer still has its record
+        pass
+    return {"label": label, "answer": "function", "calls": calls}
+
+
+def good_lse(x):
+    m = x.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    return (m + torch.log(torch.exp(x - m).sum(dim=-1, keepdim=True))).squeeze(-1)
+
+
+def test_replay_passes_a_right_answer_and_fails_a_wrong_one():
+    assert verdict("softmax-stable-lse", record("softmax-stable-lse", good_lse)).status == "passed"
+    v = verdict("softmax-stable-lse", record("softmax-stable-lse",
+                                             lambda x: torch.log(torch.exp(x).sum(-1))))
+    assert v.status == "failed" and "expected" in v.message and v.tampered is None
+
+
+def test_forged_records_fail_and_are_flagged():
+    entry = record("softmax-stable-lse", good_lse)
+    # results for other inputs (a lookup table keyed wrongly, or a patched recorder)
+    forged = dict(entry, calls=[dict(c, digest="0" * 64) for c in entry["calls"]])
+    v = verdict("softmax-stable-lse", forged)
+    assert v.status == "error" and v.tampered
+    # too few results
+    v = verdict("softmax-stable-lse", dict(entry, calls=entry["calls"][:1]))
+    assert v.tampered and v.status == "error"
+    # a value the encoder cannot have written
+    bad = dict(entry, calls=[dict(entry["calls"][0], value=["tensor", "not a tensor", False])]
+               + entry["calls"][1:])
+    assert verdict("softmax-stable-lse", bad).tampered
+    # the answer "passed" in the sandbox means nothing: the verdict is the grader's
+    stub = record("softmax-stable-lse", lambda x: torch.zeros(x.shape[:-1]))
+    stub["local"] = "passed"
+    assert verdict("softmax-stable-lse", stub).status == "failed"
+
+
+def test_forbidden_call_recorded_in_the_sandbox_fails_here():
+    v = verdict("softmax-stable-lse", record("softmax-stable-lse",
+                                             lambda x: x.logsumexp(-1)))
+    assert v.status == "failed" and "torch.logsumexp" in v.message
+    assert "torch.logsumexp" in v.forbidden_names
+
+
+def test_missing_and_value_answers():
+    assert verdict("softmax-stable-lse", {"label": "x", "answer": "missing",
+                                          "message": "name 'f' is not defined"}).status \
+        == "missing"
+    assert verdict("softmax-stable-lse", None).status == "error"
+    assert encode(torch.tensor([1.0]))[0] == "tensor" and encode(Ellipsis) == ["ellipsis"]
+
+
+@pytest.mark.parametrize("source", [
+    "import torch\ntorch.allclose = lambda *a, **k: True",
+    "import sys\nsys.modules['softmaxbook.exercises'] = None",
+    "import sys\nsys.stdout = open('/dev/null', 'w')",
+    "with torch._C.DisableTorchFunction():\n    pass",
+    "import softmaxbook.exercises as E\nE._fail = print",
+    "from softmaxbook.exercises import _REGISTRY",
+    "import sys\nsys.setprofile(None)",
+    "x = open('/proc/1/cmdline').read()",
+    "import subprocess",
+    "import os\nos.kill(os.getppid(), 9)",
+    "f = getattr(torch, 'log' + 'sumexp')",
+    "import gc\ngc.get_objects()",
+    "import inspect\ninspect.currentframe().f_back.f_locals",
+    "setattr(torch, 'equal', lambda *a: True)",
+    "%load_ext foo\ntorch.equal = None",
+])
+def test_scan_flags_tampering(source):
+    assert scan.notebook_flags([(0, source)], {0: 1}), source
+
+
+def test_scan_does_not_flag_the_books_own_code():
+    """Every code cell of every chapter (solutions included) is honest code."""
+    for path in chapter_notebooks():
+        nb = nbformat.read(path, as_version=4)
+        cells = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+        assert scan.notebook_flags(cells, {}) == [], path.name
+
+
+def test_answer_uses_finds_forbidden_names_in_the_answers_code_only():
+    cells = [(3, "from softmaxbook.variational import el_residual\n\n"
+                 "def residual(f, x):\n    return helper(f, x)\n"),
+             (4, "def helper(f, x):\n    return el_residual(lambda x, f, p: p, f, x)\n"),
+             (5, "def other(x):\n    return x.logsumexp(-1)\n")]
+    assert scan.answer_uses(cells, "residual", {"el_residual"}, False) == ["el_residual"]
+    assert scan.answer_uses(cells, "residual", {"torch.logsumexp"}, False) == []
+    assert scan.answer_uses(cells, "other", {"torch.logsumexp"}, False) == ["torch.logsumexp"]
+    assert scan.answer_uses(cells, "residual", set(), True) == [
+        "softmaxbook.variational.el_residual"]
+
+
+def test_student_cells_are_those_not_in_the_handout():
+    from softmaxbook.exercises.student import make_student_notebook
+
+    full = nbformat.read(BOOK / "01_softmax.ipynb", as_version=4)
+    handout = [c.source for c in make_student_notebook(full).cells if c.cell_type == "code"]
+    submitted = [(i, s) for i, s in enumerate(handout)] + [(99, "x = 1")]
+    assert scan.student_cells(submitted, handout) == [(99, "x = 1")]
