@@ -94,6 +94,20 @@ def test_sample_gumbel_bounds_float32():
     assert -math.log(-math.log(1 - info.eps / 2)) < 16.7
 
 
+def test_sample_gumbel_float32_range_is_as_documented(monkeypatch):
+    # the docstring's range: -4.47 (U = 0, clamped to tiny), then [-2.81, 16.64] for torch.rand's
+    # float32 values 2^-24 ... 1 - 2^-24 (it was stated loosely as [-4.5, 16.7])
+    edges = torch.tensor([0.0, 2.0**-24, 1 - 2.0**-24], dtype=torch.float32)
+    monkeypatch.setattr(gm.torch, "rand", lambda *a, **kw: edges.clone())
+    g = gm._standard_gumbel((3,), torch.float32, "cpu", None).tolist()
+    monkeypatch.undo()
+    assert g == pytest.approx([-4.4698, -2.8115, 16.6355], abs=1e-4)
+    draws = sample_gumbel(10**6, generator=gen(7), dtype=torch.float32)
+    # -4.47 turns up where U = 0 (6 % of such batches), anything else lies in [-2.81, 16.64]
+    low = draws < -2.8116
+    assert (draws[low] == g[0]).all() and draws.max().item() <= 16.6356
+
+
 def test_sample_gumbel_shape_dtype_device_and_loc_tensor():
     loc = torch.tensor([0.0, -math.inf, 3.0], dtype=torch.float64)
     g = sample_gumbel((4, 3), loc=loc, generator=gen(0))

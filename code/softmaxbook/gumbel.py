@@ -84,7 +84,9 @@ def _standard_gumbel(shape, dtype: torch.dtype, device, generator) -> torch.Tens
     # pytorch issues 22442, 22557, 41663 come from the same kind of zero draw in exponential_).
     # Clamping to [tiny, 1 - eps/2] keeps every draw inside (0, 1) -- 1 - eps/2 is the largest
     # float below 1, a guard for backends whose uniforms include 1 -- so that G is always finite:
-    # in float32 it lies in [-4.5, 16.7]. The clamp moves only draws that were 0 (or 1), an event
+    # in float32 it lies in [-4.47, 16.64] (-4.47 = -log(-log tiny) only where U = 0 was drawn;
+    # torch.rand's other float32 values, multiples of 2^-24, give [-2.81, 16.64]; 16.64 is
+    # -log(-log(1 - 2^-24))). The clamp moves only draws that were 0 (or 1), an event
     # of probability 2^-24 (float32) or 2^-53 (float64), which is also the scale of the Gumbel
     # tail that the grid of uniforms cannot represent anyway.
     u.clamp_(info.tiny, 1.0 - info.eps / 2)
@@ -135,8 +137,10 @@ def sample_gumbel(shape, *, loc=0.0, generator=None, dtype=None, device=None) ->
 
     Notes
     -----
-    In float32 the draws lie in [-4.5, 16.7]: the grid of float32 uniforms cannot represent the
-    tails beyond (probability about 6e-8 each); in float64 the cut is at probability ~1e-16.
+    In float32 the draws lie in [-2.81, 16.64], and are -4.47 where the uniform was 0 (probability
+    2^-24, clamped to the smallest normal float): the grid of float32 uniforms (multiples of
+    2^-24) cannot represent the tails beyond (probability about 6e-8 each); in float64 the cut is
+    at probability ~1e-16.
     Reference: Gumbel (1954); Maddison, Tarlow & Minka (2014).
     """
     func = "sample_gumbel"
