@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -58,8 +59,17 @@ def _log_k_batch_axis(s, n, lq, nq):
     return wrong - right_objective(s, n, lq, nq)
 
 
-def test_objective_accepts_right_answer(capsys):
-    assert check("nce-objective", right_objective)
+def right_objective_softplus(s, n, lq, nq):
+    # -log sigma(x) = softplus(-x): the same loss written another way, with log k inside log(k q)
+    k = torch.tensor(float(n.shape[1]), dtype=s.dtype)
+    d = s - (torch.log(k) + lq)
+    e = n - (torch.log(k) + nq)
+    return torch.mean(F.softplus(-d) + torch.sum(F.softplus(e), dim=1))
+
+
+@pytest.mark.parametrize("answer", [right_objective, right_objective_softplus])
+def test_objective_accepts_right_answer(answer, capsys):
+    assert check("nce-objective", answer)
     assert "correct" in capsys.readouterr().out
 
 
@@ -76,6 +86,12 @@ def test_objective_accepts_right_answer(capsys):
      + (n.shape[-1] - s.shape[0]) * 0.0 + _log_k_batch_axis(s, n, lq, nq), "moderate scores"),
     # float32 inside: right formula, float32 rounding
     (lambda s, n, lq, nq: right_objective(s.float(), n.float(), lq.float(), nq.float()),
+     "moderate scores"),
+    # negative sampling's loss: the log(k q) left out altogether
+    (lambda s, n, lq, nq: (-F.logsigmoid(s) - F.logsigmoid(-n).sum(-1)).mean(), "moderate scores"),
+    # the sum over the batch, not the mean
+    (lambda s, n, lq, nq: (-F.logsigmoid(s - lq - math.log(n.shape[-1]))
+                           - F.logsigmoid(-(n - nq - math.log(n.shape[-1]))).sum(-1)).sum(),
      "moderate scores"),
     (stub, "NotImplementedError"),
     (..., "no answer yet"),
@@ -127,8 +143,46 @@ def no_mass_update(p):  # the donor's mass is never reduced
     return torch.tensor(prob, dtype=torch.float64), torch.tensor(alias)
 
 
-def test_alias_table_accepts_right_answer():
-    assert check("nce-alias-table", right_table)
+def right_table_lists(p):
+    # the same algorithm, returned as Python lists (review, third edition: refused before)
+    prob, alias = right_table(p)
+    return prob.tolist(), alias.tolist()
+
+
+def right_table_numpy(p):
+    # Walker's layout built with NumPy: scaled probabilities, a queue of under-full columns
+    V = p.numel()
+    mass = p.numpy() * V
+    prob, alias = np.ones(V), np.arange(V)
+    under = [i for i in range(V) if mass[i] < 1]
+    over = [i for i in range(V) if mass[i] >= 1]
+    while under and over:
+        s, g = under.pop(0), over[-1]
+        prob[s], alias[s] = mass[s], g
+        mass[g] -= 1 - mass[s]
+        if mass[g] < 1:
+            over.pop()
+            under.append(g)
+    return prob, alias
+
+
+@pytest.mark.parametrize("answer", [right_table, right_table_lists, right_table_numpy])
+def test_alias_table_accepts_right_answer(answer):
+    assert check("nce-alias-table", answer)
+
+
+def swapped_coin(p):  # keeps the alias with probability prob[i] instead of the own word
+    prob, alias = right_table(p)
+    return 1 - prob, alias
+
+
+def alias_off_by_one(p):
+    prob, alias = right_table(p)
+    return prob, torch.where(prob < 1, (alias + 1) % p.numel(), alias)
+
+
+def no_alias(p):  # scaled, clipped at 1, and no alias: the under-full columns lose mass
+    return (p * p.numel()).clamp(max=1), torch.arange(p.numel())
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -142,6 +196,15 @@ def test_alias_table_accepts_right_answer():
     # the table in float32: off by ~1e-8
     (lambda p: (right_table(p.float())[0].float(), right_table(p)[1]),
      "probs = \\[0.5, 0.3, 0.2\\].*float64"),
+    (swapped_coin, "probs = \\[0.5, 0.3, 0.2\\].*distribution the table samples"),
+    (alias_off_by_one, "probs = \\[0.5, 0.3, 0.2\\].*distribution the table samples"),
+    (no_alias, "probs = \\[0.5, 0.3, 0.2\\].*distribution the table samples"),
+    # (alias, prob) in the wrong order
+    (lambda p: right_table(p)[::-1], "probs = \\[0.5, 0.3, 0.2\\].*integer word indices"),
+    # alias as floats (2.0 is not an index)
+    (lambda p: (right_table(p)[0], right_table(p)[1].double()), "integer word indices"),
+    # a [V, 1] column instead of [V]
+    (lambda p: (right_table(p)[0][:, None], right_table(p)[1]), "sequences of length 3"),
     (stub, "NotImplementedError"),
 ])
 def test_alias_table_rejects_wrong_answers(answer, message):
@@ -155,8 +218,15 @@ def right_pmi(joint, k):
             - torch.log(joint.sum(0, keepdim=True)) - math.log(k))
 
 
-def test_shifted_pmi_accepts_right_answer():
-    assert check("nce-shifted-pmi", right_pmi)
+def right_pmi_ratio(joint, k):
+    # log of the ratio p(w, c) / (p(c) p(w) k) in one go; log 0 = -inf for unseen pairs
+    outer = torch.outer(joint.sum(dim=1), joint.sum(dim=0))
+    return torch.log(joint / (k * outer))
+
+
+@pytest.mark.parametrize("answer", [right_pmi, right_pmi_ratio])
+def test_shifted_pmi_accepts_right_answer(answer):
+    assert check("nce-shifted-pmi", answer)
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -177,6 +247,13 @@ def test_shifted_pmi_accepts_right_answer():
     (lambda j, k: torch.log(j) - torch.log(j.sum(1, keepdim=True))
      - torch.log(j.sum(0, keepdim=True) ** 0.75 / (j.sum(0) ** 0.75).sum()) - math.log(k),
      "3 x 4 joint table"),
+    # log p(c | w) - log k: divides by p(w) but forgets p(c)
+    (lambda j, k: torch.log(j) - torch.log(j.sum(0, keepdim=True)) - math.log(k),
+     "3 x 4 joint table"),
+    # + log k instead of - log k
+    (lambda j, k: right_pmi(j, k) + 2 * math.log(k), "k = 5"),
+    # the probability ratio itself, not its log
+    (lambda j, k: j / (j.sum(1, keepdim=True) * j.sum(0, keepdim=True)) / k, "k = 5"),
     (stub, "NotImplementedError"),
 ])
 def test_shifted_pmi_rejects_wrong_answers(answer, message):

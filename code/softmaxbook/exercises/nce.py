@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
 from .. import nce as _nce
@@ -122,6 +123,36 @@ def _table_distribution(prob, alias, V):
     return out / V
 
 
+def _as_table(prob, alias, V):
+    """(prob float64 [V], alias int64 [V]) from tensors, NumPy arrays or lists; None where the
+    value is not a flat sequence of V numbers (alias: of integers, e.g. 2 but not 2.0)."""
+    def flat(x):
+        try:
+            if isinstance(x, torch.Tensor):
+                t = x.detach()
+            elif isinstance(x, (list, tuple)):
+                # Python floats are float64; torch.as_tensor would round them to float32
+                floats = any(isinstance(v, float) for v in x)
+                t = torch.tensor(x, dtype=torch.float64) if floats else torch.tensor(x)
+            else:  # NumPy arrays keep their dtype
+                t = torch.as_tensor(np.array(x))
+        except (TypeError, ValueError, RuntimeError):
+            return None
+        return t if t.dim() == 1 and t.numel() == V else None
+
+    prob_t, alias_t = flat(prob), flat(alias)
+    if prob_t is not None and (prob_t.is_complex() or prob_t.dtype == torch.bool):
+        prob_t = None
+    if alias_t is not None and (alias_t.is_floating_point() or alias_t.is_complex()
+                                or alias_t.dtype == torch.bool):
+        alias_t = None
+    # the float64 check of the sampled distribution keeps the learner's precision: a float32
+    # prob stays float32-rounded (and is caught), a list of Python floats is float64
+    if prob_t is not None and not prob_t.is_floating_point():
+        prob_t = prob_t.to(torch.float64)
+    return prob_t, (alias_t.long() if alias_t is not None else None)
+
+
 @exercise("nce-alias-table", "Vose's alias table")
 def _check_alias_table(alias_table):
     """``alias_table(probs [V], float64, sums to 1)`` -> ``(prob [V] float, alias [V] int)``."""
@@ -143,10 +174,11 @@ def _check_alias_table(alias_table):
                     f"for input {desc} return a pair (prob, alias), got {type(out).__name__}.")
         prob, alias = out
         V = p.numel()
-        ok_types = isinstance(prob, torch.Tensor) and isinstance(alias, torch.Tensor) \
-            and prob.shape == (V,) and alias.shape == (V,) and not alias.is_floating_point()
-        expect_true(ok_types, f"for input {desc} prob and alias should be tensors of shape "
-                    f"({V},), alias of integers.")
+        prob, alias = _as_table(prob, alias, V)
+        expect_true(prob is not None and alias is not None,
+                    f"for input {desc} prob and alias should be sequences of length {V} "
+                    f"(tensors, NumPy arrays or lists): prob of numbers in [0, 1], alias of "
+                    f"integer word indices.")
         expect_true(bool(((prob >= 0) & (prob <= 1 + 1e-12)).all()),
                     f"for input {desc} some entries of prob lie outside [0, 1]: "
                     f"{prob.tolist()}.",
