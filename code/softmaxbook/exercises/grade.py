@@ -232,6 +232,7 @@ class NotebookGrade:
     flags: list[str] = field(default_factory=list)
     hand_graded: list[ExerciseInfo] = field(default_factory=list)
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
 
 def _first_line(text: str) -> str:
@@ -284,6 +285,7 @@ def grade_notebook(path: Path, exercises: list[ExerciseInfo], folder: Path | Non
             else:
                 grade.problems.append(f"code cell {number[i]} raised {name}: "
                                       f"{_first_line(value)}")
+    grade.cpu_seconds = run.cpu_seconds
     if run.exited is not None:
         grade.problems.append(f"code cell {number[run.exited]} ended the notebook (exit()); "
                               "the cells after it were not run, the checks ran on what the cells "
@@ -373,7 +375,8 @@ def _result_json(student: str, grades: list[NotebookGrade], problems: list[str],
         "problems": problems,
         "notebooks": [{
             "name": g.path.name if g.path else "?", "chapter": g.chapter,
-            "seconds": round(g.seconds, 1), "problems": g.problems, "flags": g.flags,
+            "seconds": round(g.seconds, 1), "cpu_seconds": round(g.cpu_seconds, 1),
+            "problems": g.problems, "flags": g.flags,
             "hand_graded": [ex.check or ex.label for ex in g.hand_graded],
             "results": [{"label": r.exercise.label, "check": r.exercise.check,
                          "status": r.status, "message": r.message} for r in g.results],

@@ -64,6 +64,7 @@ class RunResult:
     skipped_checks: dict = field(default_factory=dict)  # label -> status ("timeout"/"error")
     exited: int | None = None                       # cell that called exit()
     seconds: float = 0.0
+    cpu_seconds: float = 0.0                        # CPU time the runner reported (untrusted)
 
 
 def _ro_paths() -> list[str]:
@@ -253,6 +254,8 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
             events = _progress(jobdir / "progress.jsonl")
             record = _load_record(jobdir / "record.pt")
         for e in events:
+            if e.get("event") == "done" and isinstance(e.get("cpu"), (int, float)):
+                result.cpu_seconds += float(e["cpu"])  # as the sandbox reports it
             if e.get("event") == "end" and isinstance(e.get("cell"), int):
                 result.cells[e["cell"]] = {"output": str(e.get("output", "")),
                                            "error": e.get("error"), "exit": bool(e.get("exit"))}

@@ -418,7 +418,10 @@ def run(jobdir: str) -> int:
     tmp = os.path.join(jobdir, "record.pt.tmp")
     torch.save({"records": records, "exited": exited}, tmp)
     os.replace(tmp, os.path.join(jobdir, "record.pt"))
-    progress(event="done")
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    progress(event="done", cpu=round(use.ru_utime + use.ru_stime, 2))
     return 0
 
 
