@@ -453,3 +453,25 @@ def test_minimize_says_which_test_stopped_it_and_warns_when_not_converged():
     # the straight line from a straight start: the gradient test at iteration 0
     res = minimize_functional(arc, 0.0, 1.0, 0.0, 1.0, n=8)
     assert res.converged and res.stop == "gradient" and res.iterations == 0
+
+
+def test_the_deeper_catenary_is_stationary_but_not_a_minimum():
+    # Chapter 5's catenary exercise: a cosh(x / a) through (+-1, cosh 1) has two solutions,
+    # a = 1 and a ~ 0.702. Both solve the Euler-Lagrange equation; the deeper one has the larger
+    # J and a negative second variation along cos(pi x / 2) (a saddle); the minimiser started
+    # on it leaves it for cosh x.
+    from scipy import optimize
+    y1 = math.cosh(1.0)
+    a2 = optimize.brentq(lambda a: a * math.cosh(1 / a) - y1, 0.3, 0.9)
+    assert abs(a2 - 0.7021) < 1e-4
+    deep = lambda x: a2 * torch.cosh(x / a2)  # noqa: E731
+    assert el_residual(soap, deep, X).abs().max() < 1e-12
+    J = lambda a: a * (1 + a * math.sinh(2 / a) / 2)  # noqa: E731
+    assert J(a2) - J(1.0) > 5e-3
+    x = torch.linspace(-1.0, 1.0, 2001, **f64)
+    eta = torch.cos(math.pi * x / 2)
+    Jd = lambda e: float(discrete_functional(soap, x, deep(x) + e * eta))  # noqa: E731
+    e = 1e-3
+    assert (Jd(e) - 2 * Jd(0.0) + Jd(-e)) / e ** 2 < -0.3  # about -0.39
+    res = minimize_functional(soap, -1.0, 1.0, y1, y1, n=64, init=deep)
+    assert res.converged and (res.f - torch.cosh(res.x)).abs().max() < 2e-4
