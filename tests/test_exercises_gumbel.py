@@ -101,9 +101,38 @@ def swallowing_sampler(logits, generator):  # hides the forbidden call in try/ex
         return right_sampler(logits, generator)
 
 
-def test_max_sampler_accepts_right_answer(capsys):
-    assert check("gumbel-ex-max-sampler", right_sampler)
+def right_sampler_exponential(logits, generator):  # G = -log E, E ~ Exp(1), float32 uniforms
+    u = torch.rand(logits.shape, generator=generator).double()
+    e = -torch.log1p(-u)  # u < 1 always, so e is finite; e = 0 only at u = 0
+    e = e.clamp(min=torch.finfo(torch.float64).tiny)
+    return (logits - torch.log(e)).argmax(dim=-1)
+
+
+def right_sampler_where(logits, generator):  # redraw-free guard with torch.where, float64
+    u = torch.rand(*logits.shape, generator=generator, dtype=torch.float64)
+    u = torch.where(u == 0, torch.full_like(u, 2.0**-60), u)
+    g = -torch.log(-torch.log(u))
+    return torch.max(logits + g, dim=-1).indices
+
+
+@pytest.mark.parametrize("answer", [right_sampler, right_sampler_exponential,
+                                    right_sampler_where])
+def test_max_sampler_accepts_right_answer(answer, capsys):
+    assert check("gumbel-ex-max-sampler", answer)
     assert "correct" in capsys.readouterr().out
+
+
+def clamped_sampler(logits, generator):  # U clamped to [0.01, 0.99]: G bounded to [-1.53, 4.60]
+    u = torch.rand(logits.shape, dtype=logits.dtype, generator=generator).clamp(0.01, 0.99)
+    return (logits - torch.log(-torch.log(u))).argmax(-1)
+
+
+def test_max_sampler_rejects_bounded_noise():
+    # review of the third edition: the check tested only balanced logits, and a sampler whose U
+    # is clamped to [0.01, 0.99] passed; for [0, -6.5] it never draws class 1
+    with pytest.raises(ExerciseCheckFailed,
+                       match=r"(?s)logits = \[0.0, -6.5\].*classes \[1\].*whole real line"):
+        check("gumbel-ex-max-sampler", clamped_sampler)
 
 
 @pytest.mark.parametrize(
@@ -125,6 +154,11 @@ def test_max_sampler_accepts_right_answer(capsys):
                                                                      dtype=logits.dtype))))
          .argmax(-1, keepdim=True), "should have shape"),
         (lambda logits, g: torch.softmax(logits, -1), "integer tensor"),
+        (clamped_sampler, r"classes \[1\] came out"),
+        # Gaussian noise instead of Gumbel: argmax of logits + N(0, 1) is not the softmax
+        (lambda logits, g: (logits + torch.randn(logits.shape, generator=g,
+                                                 dtype=logits.dtype)).argmax(-1),
+         "do not match"),
         (lambda logits, g: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
         (..., "no answer yet"),
     ],
@@ -274,11 +308,68 @@ def test_truncated_inverse_hints_do_not_give_the_answer():
 
 
 # --- gumbel-ex-plackett-luce ----------------------------------------------------------------------
-def right_log_prob(logits, order):
+def right_log_prob(logits, order):  # each factor -softplus(logsumexp(others) - x_i)
+    lp, x = torch.zeros((), dtype=logits.dtype), logits.clone()
+    for i in order:
+        others = x.clone()
+        others[i] = -math.inf
+        lp = lp - torch.nn.functional.softplus(torch.logsumexp(others - x[i], 0))
+        x[i] = -math.inf
+    return lp
+
+
+def right_log_prob_logaddexp(logits, order):  # -log(1 + sum e^{x_l - x_i}) via logaddexp
+    remaining = list(range(len(logits)))
+    total = 0.0
+    for i in order:
+        remaining.remove(i)
+        if remaining:
+            rest = torch.logsumexp(logits[remaining] - logits[i], dim=0)
+            total = total - torch.logaddexp(torch.zeros_like(rest), rest)
+    return torch.as_tensor(total, dtype=logits.dtype)
+
+
+def right_log_prob_log1p(logits, order):  # shift by the max of the remaining items, log1p
+    x, lp = logits.clone(), torch.tensor(0.0, dtype=logits.dtype)
+    for i in order:
+        m, top = x.max(0)
+        s = torch.exp(x - m)
+        s[top] = 0.0
+        lp = lp + (x[i] - m) - torch.log1p(s.sum())
+        x[i] = -math.inf
+    return lp
+
+
+def absolute_log_prob(logits, order):  # x_i - logsumexp(remaining): -4.25e-18 for [40, 0, -40]
     lp, x = 0.0, logits.clone()
     for i in order:
         lp = lp + x[i] - torch.logsumexp(x, 0)
         x[i] = -math.inf
+    return lp
+
+
+def finite_mask_log_prob(logits, order):  # drawn items masked with -100, not -inf
+    lp, x = 0.0, logits.clone()
+    for i in order:
+        lp = lp - torch.nn.functional.softplus(
+            torch.logsumexp(torch.cat([x[:i], x[i + 1:]]) - x[i], 0))
+        x[i] = -100.0
+    return lp
+
+
+def mask_first_log_prob(logits, order):  # removes the item before computing its factor
+    lp, x = 0.0, logits.clone()
+    for i in order:
+        x[i] = -math.inf
+        lp = lp + logits[i] - torch.logsumexp(x, 0)
+    return lp
+
+
+def renormalised_probability_log_prob(logits, order):  # p_i / (1 - drawn mass), in probabilities
+    p, drawn, lp = torch.softmax(logits, 0), 0.0, 0.0
+    for i in order:
+        lp = lp + torch.log(p[i] / (1 - drawn))
+        drawn = drawn + p[i]
     return lp
 
 
@@ -294,8 +385,28 @@ def with_replacement_log_prob(logits, order):
     return sum(torch.log_softmax(logits, 0)[i] for i in order)
 
 
-def test_plackett_luce_accepts_right_answer():
-    assert check("gumbel-ex-plackett-luce", right_log_prob)
+@pytest.mark.parametrize("answer", [right_log_prob, right_log_prob_logaddexp,
+                                    right_log_prob_log1p])
+def test_plackett_luce_accepts_right_answer(answer):
+    assert check("gumbel-ex-plackett-luce", answer)
+
+
+@pytest.mark.parametrize("answer, message", [
+    # review of the third edition: an absolute tolerance accepted x_i - logsumexp (and 0) where
+    # the answer is -8.5e-18, and a finite mask of -100 passed
+    (absolute_log_prob, r"(?s)\[40.0, 0.0, -40.0\].*relative to its size"),
+    (lambda logits, order: torch.zeros((), dtype=logits.dtype) if logits[0] == 40.0
+     else right_log_prob(logits, order), r"(?s)\[40.0, 0.0, -40.0\].*relative to its size"),
+    (finite_mask_log_prob, r"(?s)order = \[0, 1\].*but got +tensor\(-300\).*log\(1/2\)"),
+    (mask_first_log_prob, r"order = \[0\]"),
+    (renormalised_probability_log_prob, r"\[40.0, 0.0, -40.0\]"),
+    (lambda logits, order: -right_log_prob(logits, order), r"order = \[0\]"),
+    (lambda logits, order: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_plackett_luce_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("gumbel-ex-plackett-luce", answer)
 
 
 def test_plackett_luce_rejects_subtraction_from_total():
