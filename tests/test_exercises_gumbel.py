@@ -259,8 +259,32 @@ def naive_inverse(u, loc, upper):
     return loc - torch.log(torch.exp(loc - upper) - torch.log(u))
 
 
-def test_truncated_inverse_accepts_right_answer():
-    assert check("gumbel-ex-truncated-inverse", right_inverse)
+def right_inverse_softplus(u, loc, upper):  # -log(e^-T + e^-G) = T - softplus(T - G), exact
+    g = loc - torch.log(-torch.log(u))
+    d = upper - g
+    return upper - (d.clamp(min=0) + torch.log1p(torch.exp(-d.abs())))
+
+
+@pytest.mark.parametrize("answer", [right_inverse, right_inverse_softplus])
+def test_truncated_inverse_accepts_right_answer(answer):
+    assert check("gumbel-ex-truncated-inverse", answer)
+
+
+@pytest.mark.parametrize("answer, message", [
+    # truncation by clamping the plain Gumbel: piles the mass above `upper` onto it
+    (lambda u, loc, upper: torch.minimum(loc - torch.log(-torch.log(u)), upper), "moderate"),
+    # logaddexp without the minus signs: log(e^T + e^G) >= max(T, G), above `upper`
+    (lambda u, loc, upper: torch.logaddexp(upper, loc - torch.log(-torch.log(u))), "moderate"),
+    # log u where the inverse has log(-log u)
+    (lambda u, loc, upper: -torch.logaddexp(-upper, -(loc - torch.log(u))), "moderate"),
+    # the truncated CDF itself, not its inverse
+    (lambda u, loc, upper: torch.exp(torch.exp(loc - upper) - torch.exp(loc - u)), "moderate"),
+    (lambda u, loc, upper: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_truncated_inverse_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("gumbel-ex-truncated-inverse", answer)
 
 
 def test_truncated_inverse_rejects_naive_overflow():
