@@ -175,3 +175,48 @@ def test_a_seed_that_runs_too_long_is_killed_and_reported(tmp_path):
                           timeout=120)
     assert proc.returncode == 1
     assert "killed" in proc.stdout
+
+
+def test_a_stopped_sweep_resumes_from_its_journal(notebook, tmp_path):
+    report = tmp_path / "r.json"
+    journal = tmp_path / "r.partial.jsonl"
+    cmd = [sys.executable, str(ROOT / "tools" / "sweep.py"), str(notebook), "--seeds", "6",
+           "--start", "0", "-j", "1", "--json", str(report)]
+    # as if seeds 0-2 had finished before the sweep was stopped (their lines kept), the last
+    # line cut short
+    first = subprocess.run(cmd[:4] + ["3"] + cmd[5:], capture_output=True, text=True,
+                           timeout=300)
+    assert first.returncode == 0 and not journal.exists()
+    full = json.loads(report.read_text())
+    assert full["seeds"] == [0, 1, 2]
+    lines = []
+    for s in range(3):
+        lines.append(json.dumps({"seed": s, "seconds": 0.0, "cells": {},
+                                 "asserts": {"1:3": {"runs": 1, "failed": False,
+                                                     "margin": 123.0, "error": None}}}))
+    journal.write_text("\n".join(lines) + "\n{\"seed\": 3, \"cel")
+    proc = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "resuming: 3 seeds" in proc.stderr
+    row = _row(json.loads(report.read_text()), 1, 3)
+    # the three journal seeds were not rerun (their made-up margin 123 is kept) ...
+    assert row["seeds_run"] == 6 and row["mean"] > 60
+    # ... and the other three ran
+    assert row["min_margin"] == pytest.approx(min(_u(s) - 0.02 for s in range(3, 6)))
+    assert not journal.exists()
+
+
+def test_a_child_that_cannot_open_its_log_exits_instead_of_running_seeds_twice(tmp_path):
+    # the scratch folder vanished under a running sweep: the child must exit, and its seed is
+    # reported as crashed exactly once
+    import os
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("assert True\n")]
+    path = tmp_path / "one.ipynb"
+    nbformat.write(nb, path)
+    gone = tmp_path / "gone"
+    pid = os.getpid()
+    runs = sweep.run_seeds(path, [0], [1, 2], jobs=1, threads=1, timeout=60, tmp=gone)
+    assert os.getpid() == pid
+    assert [r["seed"] for r in runs] == [1, 2]
+    assert all("crash" in r for r in runs)

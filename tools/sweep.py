@@ -27,6 +27,9 @@ An assert whose outcome never varies *and* whose margin is the same under every 
 A cell that raises (not through an assert) is reported with its seeds; later cells still run.
 
 The report is printed and written as JSON (default ``_build/sweep/<chapter>-s<start>-n<N>.json``).
+Each seed's result is also appended, as it finishes, to ``<report>.partial.jsonl``: a sweep that
+is stopped keeps what it ran, and ``--resume`` runs only the seeds still missing. The notebook is
+read once, at the start, so editing it during a sweep does not change what is measured.
 Note the rates are per assert and per seed; a chapter's rate is at most their sum.
 """
 
@@ -262,7 +265,7 @@ class _Recorder:
         return value
 
 
-def worker(nb: Path, cells: list[int], out: Path) -> None:
+def worker(nb: Path, cells: list[int], out: Path, sources: list[dict] | None = None) -> None:
     os.environ.setdefault("MPLBACKEND", "Agg")
     import matplotlib
     matplotlib.use("Agg")
@@ -281,7 +284,8 @@ def worker(nb: Path, cells: list[int], out: Path) -> None:
 
     rec = _Recorder()
     ns = {"__name__": "__main__", REC: rec, "display": lambda *a, **k: None}
-    all_cells = code_cells(nb)
+    # read once by the parent (run_seeds): editing the notebook during a sweep changes nothing
+    all_cells = sources if sources is not None else code_cells(nb)
     cell_report = {}
     sys.path.insert(0, str(nb.parent))
     os.chdir(nb.parent)
@@ -397,35 +401,47 @@ def _preload() -> None:
         pass
 
 
-def _child(nb: Path, cells: list[int], seed: int, out: Path, log: Path, threads: int) -> None:
-    """The forked process of one seed: its own output file, its own seed, then the cells."""
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.environ.update(SOFTMAXBOOK_SEED=str(seed), OMP_NUM_THREADS=str(threads),
-                      MKL_NUM_THREADS=str(threads))
+def _child(nb: Path, cells: list[int], seed: int, out: Path, log: Path, threads: int,
+           sources: list[dict]) -> None:
+    """The forked process of one seed: its own output file, its own seed, then the cells.
+    Whatever happens, it ends here with os._exit: a forked child that returned would go on
+    running the parent's scheduling loop and run seeds twice."""
     code = 1
     try:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.environ.update(SOFTMAXBOOK_SEED=str(seed), OMP_NUM_THREADS=str(threads),
+                          MKL_NUM_THREADS=str(threads))
         import torch
         torch.set_num_threads(threads)
-        worker(nb, cells, out)
+        worker(nb, cells, out, sources)
         code = 0
     except BaseException:  # noqa: BLE001 - reported through the log
-        import traceback
-        traceback.print_exc()
+        try:
+            import traceback
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001
+            pass
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 def run_seeds(nb: Path, cells: list[int], seeds: list[int], *, jobs: int, threads: int,
-              timeout: float, tmp: Path, progress=None) -> list[dict]:
+              timeout: float, tmp: Path, progress=None, journal: Path | None = None,
+              done: dict | None = None) -> list[dict]:
     """One forked process per seed, at most `jobs` at a time; a seed running longer than
-    `timeout` seconds is killed and reported."""
+    `timeout` seconds is killed and reported. Each finished seed is appended to `journal`
+    (JSON lines) at once, so a stopped sweep keeps what it ran; seeds in `done` are not rerun."""
     import signal
     _preload()
-    pending, running, results = list(seeds), {}, {}
+    sources = code_cells(nb)
+    done = dict(done or {})
+    pending, running, results = [s for s in seeds if s not in done], {}, dict(done)
     while pending or running:
         while pending and len(running) < jobs:
             seed = pending.pop(0)
@@ -434,7 +450,7 @@ def run_seeds(nb: Path, cells: list[int], seeds: list[int], *, jobs: int, thread
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _child(nb, cells, seed, out, log, threads)
+                _child(nb, cells, seed, out, log, threads, sources)
             running[pid] = (seed, time.time(), out, log)
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
@@ -457,6 +473,9 @@ def run_seeds(nb: Path, cells: list[int], seeds: list[int], *, jobs: int, thread
             if f.exists():
                 f.unlink()
         results[seed] = result
+        if journal is not None:
+            with open(journal, "a") as f:
+                f.write(json.dumps(result) + "\n")
         if progress:
             progress(len([r for r in results.values() if "seed" in r]), len(seeds))
     return [results[s] for s in seeds]
@@ -474,6 +493,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600, help="seconds per seed (600)")
     ap.add_argument("--json", help="where to write the JSON report")
     ap.add_argument("--list", action="store_true", help="list the code cells and their asserts")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the seeds a stopped sweep with the same report path finished")
     args = ap.parse_args(argv)
 
     for name in ("seeds", "jobs", "threads"):
@@ -504,8 +525,27 @@ def main(argv=None) -> int:
         return 0
 
     seeds = list(range(args.start, args.start + args.seeds))
-    tmp = ROOT / "_build" / "sweep" / f"tmp-{os.getpid()}"
-    tmp.mkdir(parents=True, exist_ok=True)
+    import shutil
+    import tempfile
+    target = Path(args.json) if args.json else (
+        ROOT / "_build" / "sweep" / f"{nb.stem}-s{args.start}-n{args.seeds}.json")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # every finished seed goes to the journal at once; --resume reruns only the missing seeds
+    journal = target.with_suffix(".partial.jsonl")
+    done = {}
+    if args.resume and journal.exists():
+        for line in journal.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short when the sweep was stopped
+                continue
+            if r.get("seed") in seeds and "crash" not in r:
+                done[r["seed"]] = r
+        print(f"  resuming: {len(done)} seeds already in {journal}", file=sys.stderr)
+    elif journal.exists():
+        journal.unlink()
+    # private scratch space (a shared folder could be cleaned by someone else mid-sweep)
+    tmp = Path(tempfile.mkdtemp(prefix="sweep-"))
     t0 = time.time()
 
     def progress(done, total):
@@ -514,8 +554,9 @@ def main(argv=None) -> int:
                   flush=True)
 
     runs = run_seeds(nb, chosen, seeds, jobs=args.jobs, threads=args.threads,
-                     timeout=args.timeout, tmp=tmp, progress=progress)
-    tmp.rmdir()
+                     timeout=args.timeout, tmp=tmp, progress=progress, journal=journal,
+                     done=done)
+    shutil.rmtree(tmp, ignore_errors=True)
     wall = time.time() - t0
 
     cells: dict[int, dict] = {}
@@ -532,15 +573,13 @@ def main(argv=None) -> int:
         text += f"\n{len(crashes)} seeds crashed or timed out: " + "; ".join(
             f"{s}: {m[:120]}" for s, m in list(crashes.items())[:5])
     print(text)
-    target = Path(args.json) if args.json else (
-        ROOT / "_build" / "sweep" / f"{nb.stem}-s{args.start}-n{args.seeds}.json")
-    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps({
         "notebook": str(nb), "seeds": seeds, "cells": chosen, "wall_seconds": wall,
         "asserts": rows, "cell_errors": {i: c["errors"] for i, c in cells.items()},
         "cell_seconds_median": {i: sorted(c["seconds"])[len(c["seconds"]) // 2]
                                 for i, c in cells.items()},
         "crashes": crashes}, indent=1))
+    journal.unlink(missing_ok=True)
     print(f"\nJSON: {target}")
     return 1 if crashes else 0
 
