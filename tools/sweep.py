@@ -26,6 +26,11 @@ An assert whose outcome never varies *and* whose margin is the same under every 
 (fine, if that is what it is meant to be) or one that cannot fail; it is no statistical evidence.
 A cell that raises (not through an assert) is reported with its seeds; later cells still run.
 
+Read z with care: the normal fit assumes roughly normal margins. For ``p > P_CUT`` on a p-value
+the margins are uniform and the rate is P_CUT by construction (chapter 8's three such asserts show
+z ~ 1.7 with no failure in 300 seeds); for a skewed statistic (a maximum, a count) look at the
+smallest margin and the failures, and argue the rate from the statistic's distribution.
+
 The report is printed and written as JSON (default ``_build/sweep/<chapter>-s<start>-n<N>.json``).
 Each seed's result is also appended, as it finishes, to ``<report>.partial.jsonl``: a sweep that
 is stopped keeps what it ran, and ``--resume`` runs only the seeds still missing. The notebook is
