@@ -129,8 +129,11 @@ def test_export_fills_glue_from_an_execution_and_from_the_build_cache(tmp_path):
                  "--cache", str(tmp_path / "cache")]) == 0
     b = nbformat.read(tmp_path / "b" / "01_template.ipynb", as_version=4)
     assert [c.source for c in b.cells] == [c.source for c in a.cells]
-    # no cache and no execution: the roles stay, nothing else changes
+    # no cache and no execution: each number is named and points to the code that computes it
+    # (no raw {glue} role is left for a student to puzzle over), nothing else changes
     assert main([str(book), str(tmp_path / "c"), "--glue", "none"]) == 0
     c = nbformat.read(tmp_path / "c" / "01_template.ipynb", as_version=4)
-    assert leftovers(c) == ["{glue"]
+    assert leftovers(c) == []
+    assert "*(`template-pmax`, computed by the code of this chapter)*" in "\n".join(
+        cell.source for cell in c.cells)
     print(f"export with one execution: {seconds:.1f} s")
