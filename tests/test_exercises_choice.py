@@ -243,13 +243,7 @@ def grad_tensor(alpha, beta, choices, rewards):  # a 0-d tensor is fine
 
 def grad_autograd(alpha, beta, choices, rewards):  # right number, forbidden route
     a = torch.tensor(alpha, dtype=D, requires_grad=True)
-    V = [torch.zeros((), dtype=D), torch.zeros((), dtype=D)]
-    ll = torch.zeros((), dtype=D)
-    for c, r in zip(choices.tolist(), rewards.tolist()):
-        p = torch.sigmoid(beta * (V[1] - V[0]))
-        ll = ll + (p.log() if c else (1 - p).log())
-        V[c] = V[c] + a * (r - V[c])
-    ll.backward()
+    _torch_log_lik(a, beta, choices, rewards).backward()
     return float(a.grad)
 
 
