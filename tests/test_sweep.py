@@ -152,6 +152,9 @@ def test_bad_arguments_name_the_argument(notebook):
         sweep.parse_cells("a-b", 5)
     with pytest.raises(SystemExit, match="argument 'chapter'"):
         sweep.resolve_chapter("99")
+    for bad in ("0", "-5", "nan"):
+        with pytest.raises(SystemExit, match="argument '--timeout'"):
+            sweep.main([str(notebook), "--timeout", bad])
     assert sweep.parse_cells("0,2-3", 5) == [0, 2, 3]
     assert sweep.resolve_chapter("2").name == "02_choice.ipynb"
 

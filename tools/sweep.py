@@ -508,6 +508,9 @@ def main(argv=None) -> int:
                              f"{getattr(args, name)}")
     if args.start < 0:
         raise SystemExit(f"sweep: argument '--start' must be >= 0, got {args.start}")
+    if not args.timeout > 0:  # also NaN; a zero limit would kill every seed at once
+        raise SystemExit(f"sweep: argument '--timeout' must be a positive number of seconds, "
+                         f"got {args.timeout}")
     nb = resolve_chapter(args.chapter)
     cells_src = code_cells(nb)
     chosen = parse_cells(args.cells, len(cells_src))
