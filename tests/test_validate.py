@@ -75,3 +75,22 @@ def test_check_int_and_generator():
         v.check_generator(0)
     with pytest.raises(ValueError, match="argument 'generator' is on cpu"):
         v.check_generator(g, device="meta")
+
+
+def test_check_reduction_and_reduce_loss():
+    # the one home of the loss reductions (softmax.cross_entropy and the NCE losses use it)
+    loss = torch.tensor([1.0, 2.0, 6.0])
+    assert v.reduce_loss(loss, v.check_reduction("mean", "f")).item() == 3.0
+    assert v.reduce_loss(loss, v.check_reduction("sum", "f")).item() == 9.0
+    assert v.reduce_loss(loss, v.check_reduction("none", "f")) is loss
+    for bad in ("Mean", "avg", None, ["mean"], torch.tensor(1.0)):
+        with pytest.raises(ValueError, match="f: argument 'reduction' must be one of"):
+            v.check_reduction(bad, "f")
+
+
+def test_the_losses_share_one_reduction_check():
+    from softmaxbook import nce, softmax
+    assert softmax._check_reduction is nce._check_reduction is v.check_reduction
+    assert softmax._reduce is nce._reduce is v.reduce_loss
+    with pytest.raises(ValueError, match="cross_entropy: argument 'reduction'"):
+        softmax.cross_entropy(torch.zeros(2, 3), torch.tensor([0, 1]), reduction="avg")

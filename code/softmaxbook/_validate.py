@@ -24,6 +24,8 @@ __all__ = [
     "check_positive_number",
     "check_int",
     "check_generator",
+    "check_reduction",
+    "reduce_loss",
 ]
 
 
@@ -160,3 +162,24 @@ def check_generator(generator, device: torch.device | str | None = None, func: s
             f"torch.Generator(device=...)"
         )
     return generator
+
+
+#: The reductions a loss accepts (as in ``torch.nn.functional``).
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def check_reduction(reduction, func: str = "") -> str:
+    """``reduction`` itself if it is one of :data:`REDUCTIONS`, else a ``ValueError`` naming it."""
+    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
+        raise ValueError(f"{_where(func)}argument 'reduction' must be one of {REDUCTIONS}, "
+                         f"got {reduction!r}")
+    return reduction
+
+
+def reduce_loss(loss: torch.Tensor, reduction: str) -> torch.Tensor:
+    """Per-example losses reduced as :func:`check_reduction` accepted: mean, sum or as they are."""
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss

@@ -63,6 +63,8 @@ from softmaxbook._validate import (
     check_int,
     check_no_nan,
     check_positive_number,
+    check_reduction as _check_reduction,
+    reduce_loss as _reduce,
 )
 from softmaxbook.softmax import cross_entropy
 
@@ -80,24 +82,6 @@ __all__ = [
     "subsample_keep_probs",
     "skipgram_pairs",
 ]
-
-_REDUCTIONS = ("mean", "sum", "none")
-
-
-def _check_reduction(reduction, func: str) -> str:
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"{func}: argument 'reduction' must be one of {_REDUCTIONS}, "
-                         f"got {reduction!r}")
-    return reduction
-
-
-def _reduce(loss: torch.Tensor, reduction: str) -> torch.Tensor:
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    return loss
-
 
 def _check_probs(probs, name: str, func: str) -> torch.Tensor:
     probs = as_float_tensor(probs, name, func)

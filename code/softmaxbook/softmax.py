@@ -78,6 +78,8 @@ import torch
 from softmaxbook._validate import as_float_tensor, check_dim, check_no_nan, check_no_posinf, \
     check_positive_number
 from softmaxbook._validate import check_finite as _check_finite
+from softmaxbook._validate import check_reduction as _check_reduction
+from softmaxbook._validate import reduce_loss as _reduce
 
 __all__ = [
     "logsumexp",
@@ -931,24 +933,6 @@ def log_sigmoid(x: torch.Tensor) -> torch.Tensor:
     x = as_float_tensor(x, "x", func, allow_empty=True)
     check_no_nan(x, "x", func)
     return (-_Softplus.apply(-_to_working(x))).to(x.dtype)
-
-
-_REDUCTIONS = ("mean", "sum", "none")
-
-
-def _check_reduction(reduction, func: str) -> str:
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"{func}: argument 'reduction' must be one of {_REDUCTIONS}, "
-                         f"got {reduction!r}")
-    return reduction
-
-
-def _reduce(loss: torch.Tensor, reduction: str) -> torch.Tensor:
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    return loss
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, dim: int = -1,
