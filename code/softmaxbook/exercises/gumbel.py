@@ -61,10 +61,17 @@ def _call_sampler(sampler, logits, gen, desc):
                     forbid_reason=_NO_SHORTCUT_REASON, no_global_rng=True)
 
 
-_TAIL_ROWS = 20000
-# (logits, the rare classes, the generator's seed). [0, -6.5]: class 1 has probability 1.5e-3,
-# 30 expected draws; [3, 0, -3, -6]: classes 2 and 3 together 2.5e-3, 50 expected draws.
-_TAIL_CASES = [([0.0, -6.5], [1], 11), ([3.0, 0.0, -3.0, -6.0], [2, 3], 12)]
+# (logits, the rare classes, the generator's seed, rows). [0, -6.5]: class 1 has probability
+# 1.5e-3, 30 expected draws in 20 000 rows; [3, 0, -3, -6]: classes 2 and 3 together 2.5e-3, 50
+# expected draws. [0, -8] in 200 000 rows (3.4e-4, 67 expected draws) catches milder clamps,
+# which the first two miss (independent review): U clamped to [1e-3, 1 - 1e-3] bounds G to
+# [-1.93, 6.91] and draws class 1 of [0, -8] with 0.20 of its probability (exact, by quadrature
+# over the clamped law), which the test below rejects with probability > 0.999, while on
+# [0, -6.5] the same clamp keeps 0.855 of it and passes; a clamp at 3e-3 (0.40 of it on
+# [0, -6.5], rejected there with probability 0.085 only) never draws class 1 here. A clamp at
+# 1e-4 keeps 0.96 of the probability and passes: below what 200 000 rows can see.
+_TAIL_CASES = [([0.0, -6.5], [1], 11, 20000), ([3.0, 0.0, -3.0, -6.0], [2, 3], 12, 20000),
+               ([0.0, -8.0], [1], 13, 200000)]
 
 
 def _tail_test(idx, logits, rare):
@@ -142,11 +149,11 @@ def _check_max_sampler(sampler):
     # probability at most 1e-6 per case (the inputs and seeds are fixed, so for a given sampler
     # the outcome is too). Measured: 3000 generator seeds x 2 cases with the reference sampler,
     # no rejection, smallest p-value 8.5e-5, 0.7 % of them below 0.01 (the exact test is
-    # conservative).
-    for tail_logits, rare, tail_seed in _TAIL_CASES:
+    # conservative); the [0, -8] case over 1000 seeds: see tests/test_exercises_gumbel.py.
+    for tail_logits, rare, tail_seed, tail_rows in _TAIL_CASES:
         tl = torch.tensor(tail_logits, dtype=torch.float64)
-        desc_t = f"logits = {tail_logits} repeated in {_TAIL_ROWS} rows"
-        out = _call_sampler(sampler, tl.expand(_TAIL_ROWS, len(tail_logits)).clone(),
+        desc_t = f"logits = {tail_logits} repeated in {tail_rows} rows"
+        out = _call_sampler(sampler, tl.expand(tail_rows, len(tail_logits)).clone(),
                             torch.Generator().manual_seed(tail_seed), desc_t)
         pval, got_share, want_share = _tail_test(out, tl, rare)
         expect_true(pval > 1e-6,
