@@ -169,8 +169,10 @@ def test_prefix_rejects_wrong_answers(answer, message):
 
 # --- beam-estimator --------------------------------------------------------------------------
 def right_estimator(values, log_probs, kappa):
-    x = torch.exp(log_probs - kappa.unsqueeze(-1))
-    log_q = torch.where(x < 1e-8, torch.log(x) - x / 2, torch.log(-torch.expm1(-x)))
+    a = log_probs - kappa.unsqueeze(-1)
+    x = torch.exp(a)
+    # log x is a itself: torch.log(x) would be log 0 = -inf once x underflows (a < -745)
+    log_q = torch.where(x < 1e-8, a - x / 2, torch.log(-torch.expm1(-x)))
     return (torch.exp(log_probs - log_q) * values).sum(-1)
 
 
@@ -218,13 +220,32 @@ def estimator_as_in_the_chapter(values, log_probs, kappa):
 def test_estimator_accepts_right_answers(answer, capsys):
     assert check("beam-estimator", answer)
     printed = " ".join(capsys.readouterr().out.split())  # check() wraps its line
-    assert "correct on 5 test cases" in printed
+    assert "correct on 6 test cases" in printed
 
 
 def log1p_of_minus_exp(values, log_probs, kappa):
     # log q = log1p(-exp(-x)): -exp(-x) rounds to -1 when x is tiny, log1p(-1) = -inf
     x = torch.exp(log_probs - kappa.unsqueeze(-1))
     return (torch.exp(log_probs - torch.log1p(-torch.exp(-x))) * values).sum(-1)
+
+
+def expm1_without_the_small_branch(values, log_probs, kappa):
+    # right until exp(phi - kappa) underflows to 0 (phi - kappa < -745): then log 0 = -inf
+    x = torch.exp(log_probs - kappa.unsqueeze(-1))
+    return (torch.exp(log_probs - torch.log(-torch.expm1(-x))) * values).sum(-1)
+
+
+def q_by_expm1(values, log_probs, kappa):
+    # q itself, accurately, but p / q is 0 / 0 once both underflow
+    q = -torch.expm1(-torch.exp(log_probs - kappa.unsqueeze(-1)))
+    return (log_probs.exp() / q * values).sum(-1)
+
+
+def log_of_underflowed_x(values, log_probs, kappa):
+    # the small-x branch written with log(x): -inf once x underflows
+    x = torch.exp(log_probs - kappa.unsqueeze(-1))
+    log_q = torch.where(x < 1e-8, torch.log(x) - x / 2, torch.log(-torch.expm1(-x)))
+    return (torch.exp(log_probs - log_q) * values).sum(-1)
 
 
 def divided_by_k(values, log_probs, kappa):
@@ -249,6 +270,10 @@ def q_over_p(values, log_probs, kappa):
     (log1p_of_minus_exp, "not finite"),
     (divided_by_k, "k = 2, kappa = 0.3"),
     (q_over_p, "k = 2, kappa = 0.3"),
+    # independent review: these passed while no case had phi - kappa below -745
+    (expm1_without_the_small_branch, "(?s)800 and 900 below kappa.*not finite"),
+    (q_by_expm1, "(?s)800 and 900 below kappa.*not finite"),
+    (log_of_underflowed_x, "(?s)800 and 900 below kappa.*not finite"),
     (lambda v, lp, k: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])

@@ -126,6 +126,12 @@ def _estimator_cases():
                                          "~ 1e-22: 1 - exp(-x) rounds to 0)"),
         (torch.tensor([3.0, 5.0], dtype=torch.float32), torch.tensor([-3.0, -4.0]),
          torch.tensor(20.0), "float32, q ~ 1e-10"),
+        # phi - kappa = -800 and -900: exp(phi - kappa) itself underflows to 0, so even
+        # log(-expm1(-x)) is log 0 (independent review: no case went below -50, and answers
+        # returning inf here passed). Each weight p / q is then e^kappa = 1: the estimate is 8.
+        (torch.tensor([3.0, 5.0], dtype=f64), torch.tensor([-800.0, -900.0], dtype=f64),
+         torch.tensor(0.0, dtype=f64), "log_probs 800 and 900 below kappa (exp(phi - kappa) "
+                                        "underflows to 0)"),
     ]
 
 
