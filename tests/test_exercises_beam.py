@@ -125,6 +125,15 @@ def in_float32(step_fn, prefixes):
     return right_prefix_log_prob(lambda p: step_fn(p).float(), prefixes).float()
 
 
+def float32_sum_cast_back(step_fn, prefixes):
+    # independent review: summed in float32, returned as float64 (the dtype check passes)
+    n, T = prefixes.shape
+    out = torch.zeros(n, dtype=torch.float32)
+    for t in range(T):
+        out += step_fn(prefixes[:, :t]).gather(1, prefixes[:, t:t + 1]).squeeze(1).float()
+    return out.double()
+
+
 def mean_not_sum(step_fn, prefixes):
     T = prefixes.shape[1]
     return right_prefix_log_prob(step_fn, prefixes) / max(T, 1)
@@ -156,6 +165,7 @@ def max_not_gather(step_fn, prefixes):
     (uses_the_models_own_log_prob, "AttributeError"),
     (multiply_then_log, r"(?s)for input an improbable prefix.*not finite.*Hint: a product"),
     (in_float32, r"dtype torch.float32, not float64"),
+    (float32_sum_cast_back, r"(?s)expected log-probabilities.*about 7 digits only"),
     (mean_not_sum, "expected log-probabilities"),
     (skips_first_token, "expected log-probabilities"),
     (max_not_gather, "expected log-probabilities"),
