@@ -154,6 +154,15 @@ def test_max_sampler_rejects_milder_clamps(c):
         check("gumbel-ex-max-sampler", mildly_clamped(c))
 
 
+def test_max_sampler_rejects_perturbing_the_callers_logits():
+    def in_place(logits, generator):  # right law, but the caller's logits come back changed
+        u = torch.rand(logits.shape, dtype=logits.dtype, generator=generator)
+        u = u.clamp(torch.finfo(u.dtype).tiny, 1 - torch.finfo(u.dtype).eps / 2)
+        return logits.sub_(torch.log(-torch.log(u))).argmax(-1)
+    with pytest.raises(ExerciseCheckFailed, match="changed the logits it was given"):
+        check("gumbel-ex-max-sampler", in_place)
+
+
 def test_max_sampler_accepts_a_clamp_far_in_the_tails():
     # a clamp at 1e-10 changes probabilities by ~1e-10: a right answer in every practical sense
     assert check("gumbel-ex-max-sampler", mildly_clamped(1e-10))

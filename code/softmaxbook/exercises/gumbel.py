@@ -93,7 +93,15 @@ def _check_max_sampler(sampler):
     # fixed test inputs (a check is deterministic given the learner's function)
     gen = torch.Generator().manual_seed(2024)
     desc = f"logits = {logits.tolist()} repeated in {n} rows"
-    idx = _call_sampler(sampler, logits.expand(n, 4).clone(), gen, desc)
+    given = logits.expand(n, 4).clone()
+    idx = _call_sampler(sampler, given, gen, desc)
+    # a sampler must leave the caller's logits as they were (independent review: one that
+    # added the noise in place, logits.sub_(log(-log U)), passed)
+    expect_true(torch.equal(given, logits.expand(n, 4)),
+                f"for input {desc} your sampler changed the logits it was given: the caller's "
+                f"tensor came back perturbed by the noise.",
+                hint="add the noise out of place (logits - torch.log(-torch.log(u))), not with "
+                     "an in-place method such as sub_ or add_.")
     expect_true(isinstance(idx, torch.Tensor) and not idx.is_floating_point(),
                 f"for input {desc} the result should be an integer tensor of class indices, got "
                 f"{type(idx).__name__}"
