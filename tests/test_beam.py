@@ -638,6 +638,20 @@ def test_negative_eos(search):
         search(Bigram(MODEL_A), 2, 3, eos=-1)
 
 
+@pytest.mark.parametrize("search", [
+    beam_search, stochastic_beam_search, stochastic_beam_search_reference,
+    lambda fn, k, n, **kw: sample_sequences(fn, k, n, **kw),
+    lambda fn, k, n, **kw: enumerate_sequences(fn, n, **kw),
+    lambda fn, k, n, **kw: broken_stochastic_beam_search(fn, k, n, "root-zero", **kw),
+])
+def test_eos_outside_the_vocabulary(search):
+    # independent review: eos = 5 on a 3-token model ran without a word; no sequence could end,
+    # and token 0 became an ordinary token
+    with pytest.raises(ValueError, match=r"argument 'eos'=5 is not a token of the model: "
+                                         r"'step_fn' returns log-probabilities over V=3"):
+        search(Bigram(MODEL_A), 2, 3, eos=5)
+
+
 @pytest.mark.parametrize("search", SEARCHES)
 def test_step_fn_not_callable(search):
     with pytest.raises(TypeError, match="argument 'step_fn' must be callable"):

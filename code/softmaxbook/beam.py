@@ -231,11 +231,12 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
 class _Stepper:
     """Calls ``step_fn`` and checks what it returns; remembers ``V`` and the dtype."""
 
-    def __init__(self, step_fn, stateful: bool, device, func: str):
+    def __init__(self, step_fn, stateful: bool, device, func: str, eos: int | None = None):
         self.step_fn = step_fn
         self.stateful = stateful
         self.device = device
         self.func = func
+        self.eos = eos
         self.vocab = None
         self.dtype = None
 
@@ -270,6 +271,13 @@ class _Stepper:
             )
         if self.vocab is None:
             self.vocab, self.dtype = log_probs.shape[1], log_probs.dtype
+            # eos is known to be >= 0; only now do we know V. A token the model never emits
+            # would end nothing, and token 0 would be an ordinary token: a silent wrong search.
+            if self.eos is not None and self.eos >= self.vocab:
+                raise ValueError(
+                    f"{func}: argument 'eos'={self.eos} is not a token of the model: 'step_fn' "
+                    f"returns log-probabilities over V={self.vocab} tokens, 0 to {self.vocab - 1}"
+                )
         elif log_probs.shape[1] != self.vocab:
             raise ValueError(
                 f"{func}: argument 'step_fn' returned {log_probs.shape[1]} log-probabilities per "
@@ -336,7 +344,7 @@ def _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator,
     )
     # Stochastic beam search keeps k + 1 nodes: the (k+1)-th leaf's perturbed value is κ.
     width = k + 1 if stochastic else k
-    stepper = _Stepper(step_fn, init_state is not None, device, func)
+    stepper = _Stepper(step_fn, init_state is not None, device, func, eos)
     state = init_state
 
     tokens = torch.empty(B, 1, 0, dtype=torch.long, device=device)
@@ -588,7 +596,7 @@ def stochastic_beam_search_reference(step_fn: Callable, k: int, max_len: int, *,
     max_len = check_int(max_len, "max_len", func, minimum=1)
     eos = _check_eos(eos, func)
     generator = check_generator(generator, None, func)
-    stepper = _Stepper(step_fn, False, torch.device("cpu"), func)
+    stepper = _Stepper(step_fn, False, torch.device("cpu"), func, eos)
 
     beam = None  # list of (tokens: tuple[int, ...], phi: float, g: float, ended: bool)
     for t in range(max_len):
@@ -699,7 +707,7 @@ def sample_sequences(step_fn: Callable, n: int, max_len: int, *, eos: int | None
     _, max_len, eos, _, device, generator = _setup(
         step_fn, 1, max_len, eos, init_state, None, device, generator, func
     )
-    stepper = _Stepper(step_fn, init_state is not None, device, func)
+    stepper = _Stepper(step_fn, init_state is not None, device, func, eos)
     state = None if init_state is None else _index_state(
         init_state, torch.zeros(n, dtype=torch.long, device=device))
     tokens = torch.full((n, max_len), PAD, dtype=torch.long, device=device)
@@ -744,7 +752,7 @@ def enumerate_sequences(step_fn: Callable, max_len: int, *, eos: int | None = No
     _, max_len, eos, _, device, _ = _setup(
         step_fn, 1, max_len, eos, init_state, None, device, None, func
     )
-    stepper = _Stepper(step_fn, init_state is not None, device, func)
+    stepper = _Stepper(step_fn, init_state is not None, device, func, eos)
     prefixes = torch.empty(1, 0, dtype=torch.long, device=device)
     logp, state = None, init_state
     done_tokens, done_logp = [], []
