@@ -6,7 +6,9 @@ The book is the exercise parts of 05_euler_lagrange (three checked exercises) an
 runs in seconds. Honest students: correct, untouched stubs, a wrong answer, crashes, endless
 loops, a cell that deletes every file it can reach, a forbidden function, exit() half-way, a
 stale second notebook, a symbolic link, names that a spreadsheet or a file system would mangle.
-Attackers (stub answers, every one must earn 0 and be flagged): the ones issue 23 lists.
+Attackers (stub answers, every one must earn 0 and be flagged): the ones issue 23 lists. A
+lookup table of the right results for the checks' public inputs (passes the notebook's check(),
+earns 0: the grader draws the inputs under a secret salt), and a cell that looks for that salt.
 """
 
 from __future__ import annotations
@@ -236,6 +238,50 @@ LSE_METHOD = '''def stable_logsumexp(x):
 '''
 
 
+# ---- a lookup table: the right answers for the public (salt 0) inputs, zeros elsewhere ---------
+def table_answer(label: str, name: str, solution_cells: list[str]) -> str:
+    """The source of a function ``name`` that answers exercise ``label`` from a table of the
+    right results for the inputs the check draws in a notebook (salt 0), built by running the
+    book's solution through the check, and returns zeros for any other input."""
+    from softmaxbook.exercises import check
+
+    ns: dict = {}
+    for src in ["import torch"] + solution_cells:
+        exec(src, ns)  # noqa: S102 - the book's own solution
+    table = {}
+
+    def spy(*args):
+        out = ns[name](*args)
+        key = json.dumps([[a.tolist(), str(a.dtype)] for a in args])
+        table[key] = out.tolist()
+        return out
+
+    check(label, spy)
+    assert len(table) >= 5
+    return (f"import json\n\nimport torch\n\nTABLE = json.loads({json.dumps(table)!r})\n\n\n"
+            f"def {name}(*args):\n"
+            f"    key = json.dumps([[a.tolist(), str(a.dtype)] for a in args])\n"
+            f"    if key in TABLE:\n"
+            f"        return torch.tensor(TABLE[key], dtype=args[0].dtype)\n"
+            f"    shape = args[0].shape[:-1] if len(args) == 1 else ()\n"
+            f"    return torch.zeros(shape, dtype=args[0].dtype)\n")
+
+
+# ---- looks for the checks' secret salt while the cells run: there is none to find --------------
+PEEK = '''import json
+import os
+
+job = open("/job/job.json").read()
+fd = json.loads(job)["salt_fd"]
+os.set_blocking(fd, False)
+try:
+    print("peeked", os.read(fd, 64))
+except BlockingIOError:
+    print("nothing to read yet")
+print("job", job)
+'''
+
+
 def _need_bwrap():
     if bwrap_path() is None:
         if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
@@ -292,6 +338,14 @@ def graded(tmp_path_factory):
                    subs / "att_dispatch" / f"{CH1}.ipynb")
     (subs / "kim").mkdir()
     nbformat.write(with_answers(student1, [LSE_METHOD, good1[1]]), subs / "kim" / f"{CH1}.ipynb")
+    # answers looked up in a table of the public inputs' right results (issue 23)
+    tables = [table_answer(LSE, "stable_logsumexp", good1),
+              table_answer(CE, "mean_cross_entropy", good1)]
+    (subs / "tab").mkdir()
+    nbformat.write(with_answers(student1, tables), subs / "tab" / f"{CH1}.ipynb")
+    # right answers, and a cell that looks for the checks' secret salt while the cells run
+    (subs / "pia").mkdir()
+    nbformat.write(insert_cell(with_answers(student1, good1), PEEK), subs / "pia" / f"{CH1}.ipynb")
     # one student hands in a single notebook, named after themselves
     nbformat.write(with_answers(student, [FORBIDDEN, good[1], good[2]]), subs / "gus.ipynb")
     # a stale copy beside the real notebook: a conflict, not a silent winner
@@ -318,7 +372,7 @@ def graded(tmp_path_factory):
     with open(out / "gradebook.csv", newline="") as fh:
         rows = {r["student"]: r for r in csv.DictReader(fh)}
     return dict(subs=subs, before=before, out=out, rows=rows, results=results,
-                seconds=seconds, gradebook=gradebook, base=base, book=book)
+                seconds=seconds, gradebook=gradebook, base=base, book=book, tables=tables)
 
 
 def status(graded, student, check):
@@ -343,7 +397,7 @@ def feedback(graded, student):
 def test_every_student_is_graded(graded):
     names = set(graded["rows"])
     assert {"ada", "bob", "cyd", "dan", "eve", "fay", "gus", "hal", "ivy", "jon", "kim",
-            "'=1+2", "lee mo", "lee_mo"} | set(ATTACKS) <= names
+            "tab", "pia", "'=1+2", "lee mo", "lee_mo"} | set(ATTACKS) <= names
     for name in graded["results"]:
         assert (graded["out"] / "feedback" / f"{student_key(name)}.md").is_file()
         assert (graded["out"] / "results" / f"{student_key(name)}.json").is_file()
@@ -437,6 +491,38 @@ def test_attacks_earn_nothing_and_are_flagged(graded, attack):
     row = graded["rows"][attack]
     assert row["points"] == "0" and row["passed"] == "0", row
     assert row["flagged"] == "yes", (row, feedback(graded, attack))
+
+
+def test_a_lookup_table_of_the_public_inputs_earns_nothing(graded):
+    """Right results for every input the notebook's check() draws pass there (salt 0), but the
+    grader's inputs are drawn under a secret salt per run: the table earns 0 (issue 23)."""
+    import softmaxbook.exercises as E
+
+    for (label, name), source in zip([(LSE, "stable_logsumexp"), (CE, "mean_cross_entropy")],
+                                     graded["tables"]):
+        ns: dict = {}
+        exec(source, ns)  # noqa: S102
+        assert E.check_salt() == 0 and E.check(label, ns[name])
+        st, msg = status(graded, "tab", label)
+        assert st == "failed" and "expected" in msg, (st, msg)
+    row = graded["rows"]["tab"]
+    assert row["points"] == "0" and row["flagged"] == "", row
+
+
+def test_the_salt_is_secret_until_the_checks(graded):
+    """Each notebook's checks ran under a fresh salt, recorded in its result file only; a cell
+    found it neither in the job file nor in the pipe it comes through, and the right answers
+    beside that cell passed under it."""
+    salts = {s: nb["salt"] for s, r in graded["results"].items() for nb in r["notebooks"]
+             if nb.get("salt") is not None}
+    assert len(salts) >= 20 and all(type(v) is int and v > 0 for v in salts.values())
+    assert len(set(salts.values())) == len(salts)  # one per notebook
+    assert graded["rows"]["pia"]["passed"] == "2" and graded["rows"]["pia"]["flagged"] == ""
+    executed = (graded["out"] / "executed" / "pia" / f"{CH1}.ipynb").read_text()
+    assert "nothing to read yet" in executed and "salt_fd" in executed, executed[-2000:]
+    assert str(salts["pia"]) not in executed
+    for student, salt in salts.items():
+        assert str(salt) not in feedback(graded, student)
 
 
 def test_sandbox_hides_the_host(graded):

@@ -4,6 +4,9 @@ forbidden functions in the answer's own code, honest code is not flagged."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import nbformat
 import pytest
 import torch
@@ -121,3 +124,75 @@ def test_student_cells_are_those_not_in_the_handout():
     handout = [c.source for c in make_student_notebook(full).cells if c.cell_type == "code"]
     submitted = [(i, s) for i, s in enumerate(handout)] + [(99, "x = 1")]
     assert scan.student_cells(submitted, handout) == [(99, "x = 1")]
+
+
+# --- hidden inputs: the checks run under the grader's secret per-run salt (issue 23) ----------
+def salted_record(label, func, salt):
+    from softmaxbook.exercises import salted
+
+    with salted(salt):
+        return record(label, func)
+
+
+def test_replay_draws_the_inputs_under_the_sandboxs_salt():
+    """The trusted replay makes the same inputs as the sandbox only under the same salt: an
+    honest record passes there; replayed under another salt (or the public inputs, salt 0), its
+    calls do not match and the notebook is flagged."""
+    salt = 2 ** 61 + 12345
+    entry = salted_record("softmax-stable-lse", good_lse, salt)
+    assert len(entry["calls"]) > 7  # the fixed cases and the salted variants
+    assert verdict("softmax-stable-lse", entry, salt=salt).status == "passed"
+    for other in (0, salt + 1):
+        v = verdict("softmax-stable-lse", entry, salt=other)
+        assert v.status == "error" and v.tampered, other
+    # answers recorded for the public inputs (a patched salt in the sandbox) do not match either
+    public = record("softmax-stable-lse", good_lse)
+    assert verdict("softmax-stable-lse", public, salt=salt).tampered
+    # a tampered call under the right salt still fails
+    forged = dict(entry, calls=[dict(c, digest="0" * 64) for c in entry["calls"]])
+    assert verdict("softmax-stable-lse", forged, salt=salt).tampered
+
+
+def test_the_runner_reads_its_salt_from_the_pipe_only():
+    from softmaxbook.exercises.sandbox_runner import _read_salt
+
+    r, w = os.pipe()
+    os.write(w, b"123456789\n")
+    assert _read_salt(r, timeout=5) == 123456789
+    os.close(w)
+    for data in (b"", b"not a number\n", b"-5\n"):
+        r, w = os.pipe()
+        os.write(w, data)
+        os.close(w)
+        assert _read_salt(r, timeout=5) is None, data
+    r, w = os.pipe()  # nothing written: gives up after the timeout
+    t0 = time.monotonic()
+    assert _read_salt(r, timeout=0.3) is None and time.monotonic() - t0 < 5
+    os.close(w)
+    assert _read_salt(None, timeout=1) is None
+
+
+def test_the_sandbox_gets_the_salt_only_after_the_cells(tmp_path):
+    """A real run (without bubblewrap, as --unsafe): no cell sees the salt (not in the job file,
+    nothing in its pipe yet), the checks run under it, and the replay agrees only under it."""
+    from softmaxbook.exercises.sandbox import run_notebook
+
+    salt = 2 ** 60 + 4321
+    cells = [(0, "import json, os\nimport torch\n"
+                 "job = open('../job.json').read()\n"
+                 "fd = json.loads(job)['salt_fd']\nos.set_blocking(fd, False)\n"
+                 "try:\n    print('read', os.read(fd, 64))\n"
+                 "except BlockingIOError:\n    print('nothing yet')\n"
+                 "print(str(2 ** 60 + 4321) in job)"),  # the salt, not written out
+             (1, "def lse(x):\n    m = x.amax(dim=-1, keepdim=True)\n"
+                 "    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)\n"
+                 "    return (m + torch.log(torch.exp(x - m).sum(-1, keepdim=True)))"
+                 ".squeeze(-1)\n")]
+    run = run_notebook(cells, [{"label": "softmax-stable-lse", "answer": "lse"}], None,
+                       "x.ipynb", cell_timeout=60, check_timeout=60, notebook_timeout=120,
+                       unsafe=True, salt=salt)
+    assert run.cells[0]["output"].split() == ["nothing", "yet", "False"], run.cells
+    assert run.record["salt_received"] is True
+    entry = run.record["records"][0]
+    assert verdict("softmax-stable-lse", entry, salt=salt).status == "passed"
+    assert verdict("softmax-stable-lse", entry, salt=0).tampered

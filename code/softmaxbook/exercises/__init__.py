@@ -19,10 +19,17 @@ Checks are registered per chapter in ``softmaxbook.exercises.<topic>`` (the labe
 the topic) with the :func:`exercise` decorator. Authors of checks use :func:`call` (runs the
 learner's function, turning a stub's ``NotImplementedError`` or a crash into a clear message) and
 the comparison helpers :func:`expect_close`, :func:`expect_equal`, :func:`expect_true`.
+
+A check draws its random inputs only from :func:`check_generator` ``(seed)``. In a notebook (and
+in the tests) the per-run salt is 0 and the inputs are the public ones, the same every time. The
+grader runs each check under a secret salt of its own (:func:`salted`), which changes every random
+input, and a check adds salted variants of its fixed edge cases when :func:`check_salt` is not 0:
+answers precomputed for the public inputs earn nothing there.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import math
 import sys
@@ -48,6 +55,9 @@ __all__ = [
     "forbidden",
     "watch_calls",
     "ExerciseLabelError",
+    "check_generator",
+    "check_salt",
+    "salted",
 ]
 
 
@@ -181,6 +191,44 @@ def check(label: str, answer: Any) -> CheckPassed:
     # Wrapped to the width of the book's code lines, so the line does not scroll on the page.
     print(_wrap(message))
     return CheckPassed(message)
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks' random inputs: public (salt 0) in a notebook, secret per run under the grader
+# ---------------------------------------------------------------------------------------------
+_SALT = [0]
+
+
+def check_salt() -> int:
+    """The salt of the checks' inputs in this run: 0 (the public inputs) unless the grader set
+    one with :func:`salted`. A check adds salted variants of its fixed cases when it is not 0."""
+    return _SALT[0]
+
+
+@contextmanager
+def salted(salt: int):
+    """Run the checks inside the block under ``salt`` (0: the public inputs). The grader draws
+    a fresh secret salt per notebook; its trusted replay uses the same one, so both sides of the
+    grader make the same inputs."""
+    if type(salt) is not int or salt < 0:
+        raise ValueError(f"salted: argument 'salt' must be an int >= 0, got {salt!r}")
+    old = _SALT[0]
+    _SALT[0] = salt
+    try:
+        yield salt
+    finally:
+        _SALT[0] = old
+
+
+def check_generator(seed: int) -> torch.Generator:
+    """The generator of a check's random inputs: ``torch.Generator().manual_seed(seed)`` under
+    salt 0 (the public inputs of the notebook's ``check()``), else seeded from ``seed`` mixed with
+    the run's salt (SHA-256), so that every random input changes with the salt."""
+    salt = _SALT[0]
+    if salt == 0:
+        return torch.Generator().manual_seed(seed)
+    h = hashlib.sha256(f"softmaxbook-check-inputs:{seed}:{salt}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(h[:8], "little") >> 1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import sys
 import threading
 import time
@@ -49,9 +50,9 @@ import nbformat
 from .index import ExerciseInfo, notebook_exercises
 
 __all__ = ["Result", "grade_submissions", "main", "GRADER_VERSION", "student_key",
-           "csv_cell"]
+           "csv_cell", "new_salt"]
 
-GRADER_VERSION = "2"
+GRADER_VERSION = "3"  # 3: checks under a secret per-run salt
 PASSED = "passed"
 
 #: the short codes of the gradebook
@@ -233,6 +234,14 @@ class NotebookGrade:
     hand_graded: list[ExerciseInfo] = field(default_factory=list)
     seconds: float = 0.0
     cpu_seconds: float = 0.0
+    salt: int | None = None   # the checks' secret inputs salt (result file only)
+
+
+def new_salt() -> int:
+    """A fresh secret salt for one notebook's checks (:func:`softmaxbook.exercises.salted`):
+    drawn by the grader from the operating system's randomness, never from anything the student
+    controls; never 0 (the public inputs)."""
+    return secrets.randbelow(2 ** 62 - 1) + 1
 
 
 def _first_line(text: str) -> str:
@@ -268,10 +277,11 @@ def grade_notebook(path: Path, exercises: list[ExerciseInfo], folder: Path | Non
     number = {i: k + 1 for k, (i, _) in enumerate(code)}
     mine = scan.student_cells(code, pristine)
     grade.flags = scan.notebook_flags(mine, number)
+    grade.salt = salt = new_salt()  # this notebook's check inputs: secret, drawn per run
     run = run_notebook(code, [{"label": ex.check, "answer": ex.answer} for ex in checked],
                        folder, path.name, cell_timeout=cell_timeout,
                        check_timeout=check_timeout, notebook_timeout=notebook_timeout,
-                       unsafe=unsafe, bwrap=bwrap, limits=limits)
+                       unsafe=unsafe, bwrap=bwrap, limits=limits, salt=salt)
     for i, msg in run.problems:
         grade.problems.append(f"code cell {number[i]} {msg}" if i in number else msg)
     for i, _ in code:
@@ -291,6 +301,10 @@ def grade_notebook(path: Path, exercises: list[ExerciseInfo], folder: Path | Non
                               "the cells after it were not run, the checks ran on what the cells "
                               "before had defined.")
     records = {}
+    if run.record is not None and checked and run.record.get("salt_received") is not True:
+        grade.flags.append("the checks did not start: the grader's secret for their inputs, "
+                           "sent once the cells were done, did not reach them (something in "
+                           "the notebook read it first?).")
     if run.record is not None:
         for entry in run.record.get("records", []) if isinstance(run.record.get("records"),
                                                                   list) else []:
@@ -309,7 +323,7 @@ def grade_notebook(path: Path, exercises: list[ExerciseInfo], folder: Path | Non
             results[ex.check] = Result(ex, "error", "the notebook's run produced no results.")
             continue
         with _VERDICT_LOCK:
-            v = replay.verdict(ex.check, records.get(ex.check), check_timeout)
+            v = replay.verdict(ex.check, records.get(ex.check), check_timeout, salt=salt)
         r = Result(ex, v.status, v.message)
         if v.tampered:
             r = Result(ex, "tampered", f"{v.message} ({v.tampered})")
@@ -376,6 +390,7 @@ def _result_json(student: str, grades: list[NotebookGrade], problems: list[str],
         "notebooks": [{
             "name": g.path.name if g.path else "?", "chapter": g.chapter,
             "seconds": round(g.seconds, 1), "cpu_seconds": round(g.cpu_seconds, 1),
+            "salt": g.salt,
             "problems": g.problems, "flags": g.flags,
             "hand_graded": [ex.check or ex.label for ex in g.hand_graded],
             "results": [{"label": r.exercise.label, "check": r.exercise.check,

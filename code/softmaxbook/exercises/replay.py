@@ -7,6 +7,10 @@ grader's process, on the grader's own inputs, with the student's function replac
 the verdict are therefore computed by code the student's process never touched. A recorded call
 whose arguments do not match the grader's (other inputs, another order, missing or extra calls)
 fails the exercise and is flagged as tampering.
+
+The check's inputs here are drawn under the same secret per-run salt as in the sandbox
+(:func:`softmaxbook.exercises.salted`; the grader passes it to :func:`verdict`), so an honest
+record matches them and answers precomputed for the public inputs do not.
 """
 
 from __future__ import annotations
@@ -276,9 +280,11 @@ class Verdict:
     package_forbidden: bool = False
 
 
-def verdict(label: str, entry: dict | None, check_timeout: float = 60) -> Verdict:
-    """The grade of exercise ``label`` from the sandbox's record ``entry``, decided here."""
-    from . import ExerciseCheckFailed, check
+def verdict(label: str, entry: dict | None, check_timeout: float = 60,
+            salt: int = 0) -> Verdict:
+    """The grade of exercise ``label`` from the sandbox's record ``entry``, decided here with
+    the check's inputs drawn under ``salt`` (the one the sandbox's checks ran under)."""
+    from . import ExerciseCheckFailed, check, salted
 
     if entry is None:
         return Verdict("error", "the check was not run (the notebook did not get that far).")
@@ -303,7 +309,7 @@ def verdict(label: str, entry: dict | None, check_timeout: float = 60) -> Verdic
         return Verdict("error", "no result came back for this exercise.")
     out = io.StringIO()
     try:
-        with contextlib.redirect_stdout(out):
+        with contextlib.redirect_stdout(out), salted(salt):
             check(label, value)
     except ReplayMismatch as err:
         return Verdict("error", "the results sent back by the notebook do not match the "

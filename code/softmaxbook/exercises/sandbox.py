@@ -172,10 +172,14 @@ def _load_record(path: Path) -> dict | None:
 def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path | None,
                  notebook_name: str, *, cell_timeout: float, check_timeout: float,
                  notebook_timeout: float, limits: Limits | None = None,
-                 unsafe: bool = False, bwrap: str | None = None) -> RunResult:
+                 unsafe: bool = False, bwrap: str | None = None, salt: int = 0) -> RunResult:
     """Run the code ``cells`` ([(index, source)]) of one notebook in a sandbox, then record the
     ``checks`` ([{"label", "answer"}]); ``folder`` (the student's folder, copied) is its working
-    directory. Never raises for anything the notebook does."""
+    directory. Never raises for anything the notebook does.
+
+    ``salt`` (the checks' secret per-run inputs, :func:`softmaxbook.exercises.salted`) is in no
+    file: it goes through a pipe, written only once the runner reports that the student's cells
+    are done (event ``cells-done``), so no cell can read it before the checks start."""
     limits = limits or Limits()
     t0 = time.monotonic()
     deadline = t0 + notebook_timeout + check_timeout * (len(checks) + 2) + 120
@@ -198,10 +202,11 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
                 work.mkdir()
             (jobdir / "home").mkdir()
             (jobdir / "tmp").mkdir()
+            salt_r, salt_w = os.pipe()  # the salt's way in, after the cells (see above)
             job = dict(cells=cells, checks=checks, skip=skip, skip_checks=skip_checks,
                        cell_timeout=cell_timeout, check_timeout=check_timeout,
                        notebook_timeout=notebook_timeout, max_output=limits.output_chars,
-                       cwd="/job/work" if not unsafe else str(work))
+                       cwd="/job/work" if not unsafe else str(work), salt_fd=salt_r)
             (jobdir / "job.json").write_text(json.dumps(job))
             if as_root and not unsafe:
                 for p in [jobdir, *jobdir.rglob("*")]:
@@ -217,10 +222,15 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
             else:
                 argv = [py, "-I", "-m", "softmaxbook.exercises.sandbox_runner", "/job"]
                 cmd, env, cwd = sandbox_command(bwrap, jobdir, argv, limits, as_root), {}, "/"
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, env=env, cwd=cwd,
-                                    preexec_fn=_limits_fn(limits, as_root and not unsafe),
-                                    start_new_session=True)
+            try:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        env=env, cwd=cwd, pass_fds=(salt_r,),
+                                        preexec_fn=_limits_fn(limits, as_root and not unsafe),
+                                        start_new_session=True)
+            finally:
+                os.close(salt_r)
+            salt_sent = False
             killed = None
             watch_key, since = None, time.monotonic()
             seen_size, events = -1, []
@@ -239,6 +249,9 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
                     seen_size = size
                     events = _progress(jobdir / "progress.jsonl")
                 last = events[-1] if events else None
+                if not salt_sent and any(e.get("event") == "cells-done" for e in events):
+                    salt_sent = True
+                    _send_salt(salt_w, salt)
                 if now > deadline:
                     killed = ("deadline", last)
                 elif last is not None and last.get("event") in ("start", "check"):
@@ -251,6 +264,8 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
                 if killed:
                     _kill(proc)
                     break
+            if not salt_sent:
+                os.close(salt_w)
             events = _progress(jobdir / "progress.jsonl")
             record = _load_record(jobdir / "record.pt")
         for e in events:
@@ -301,6 +316,18 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
             break
     result.seconds = time.monotonic() - t0
     return result
+
+
+def _send_salt(fd: int, salt: int) -> None:
+    """Write the salt to the runner's pipe and close it (a runner that died meanwhile, or a
+    full pipe, loses it: its checks then do not run)."""
+    try:
+        os.set_blocking(fd, False)
+        os.write(fd, f"{int(salt)}\n".encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _kill(proc: subprocess.Popen) -> None:

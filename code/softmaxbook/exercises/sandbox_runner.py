@@ -16,6 +16,11 @@ results are sent back, i.e. what the student's function "returned".
 Files in JOBDIR: ``job.json`` (read), ``progress.jsonl`` (one line per started/finished cell or
 check, with the cell's text output, capped) and ``record.pt`` (the recorded calls, written last,
 loaded by the grader with ``torch.load(weights_only=True)``).
+
+The checks run under the grader's secret per-run salt (their inputs change with it), which is
+in no file: once the cells are done the runner writes the event ``cells-done`` and reads the salt
+from a pipe (file descriptor ``job["salt_fd"]``) that the grader writes to only then. A record
+whose calls were made under another salt does not match the grader's inputs and is flagged.
 """
 
 from __future__ import annotations
@@ -372,12 +377,14 @@ def run(jobdir: str) -> int:
             exited = i
             break
     shell.exit_now = False
+    progress(event="cells-done")
+    salt = _read_salt(job.get("salt_fd"), timeout=60.0)
     import torch
 
-    from . import check
+    from . import check, salted
 
     records = []
-    for item in job["checks"]:
+    for item in job["checks"] if salt is not None else []:
         label, answer = item["label"], item["answer"]
         if label in set(job.get("skip_checks", [])):
             continue
@@ -402,7 +409,8 @@ def run(jobdir: str) -> int:
             if callable(value) and not isinstance(value, torch.Tensor):
                 entry["answer"] = "function"
                 try:
-                    check(label, Recorder(value, entry["calls"]))
+                    with salted(salt):
+                        check(label, Recorder(value, entry["calls"]))
                     entry["local"] = "passed"
                 except TimeLimitExceeded:
                     entry["local"] = "timeout"
@@ -416,13 +424,47 @@ def run(jobdir: str) -> int:
             signal.setitimer(signal.ITIMER_REAL, 0)
             sys.stdout, sys.stderr = real_out, real_err
     tmp = os.path.join(jobdir, "record.pt.tmp")
-    torch.save({"records": records, "exited": exited}, tmp)
+    torch.save({"records": records, "exited": exited, "salt_received": salt is not None},
+               tmp)
     os.replace(tmp, os.path.join(jobdir, "record.pt"))
     import resource
 
     use = resource.getrusage(resource.RUSAGE_SELF)
     progress(event="done", cpu=round(use.ru_utime + use.ru_stime, 2))
     return 0
+
+
+def _read_salt(fd, timeout: float) -> int | None:
+    """The salt the grader writes to the pipe ``fd`` after the cells (a line with an int), or
+    None when none came (no pipe, end of file, garbage, or ``timeout`` seconds passed)."""
+    import select
+
+    if type(fd) is not int:
+        return None
+    data, end = b"", time.monotonic() + timeout
+    try:
+        os.set_blocking(fd, False)
+        while b"\n" not in data and len(data) < 64:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            try:
+                chunk = os.read(fd, 64)
+            except BlockingIOError:  # someone else read it first
+                continue
+            if not chunk:
+                break
+            data += chunk
+        text = data.split(b"\n", 1)[0].decode("ascii")
+        salt = int(text)
+        return salt if salt >= 0 else None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":
