@@ -140,6 +140,25 @@ def test_unigram_noise_values():
     assert unigram_noise(torch.tensor([2.0, 3.0])).dtype == torch.float32
 
 
+@pytest.mark.parametrize("counts, power, want", [
+    # independent review, fourth edition: counts ** power overflowed and the division gave a
+    # "distribution" of zeros or NaN, silently
+    (torch.full((100,), 60000.0, dtype=torch.float16), 1.0, torch.full((100,), 0.01, **f64)),
+    (torch.tensor([3e38, 3e38]), 1.0, torch.tensor([0.5, 0.5], **f64)),
+    (torch.tensor([1.0, 2.0, 1e10]), 50.0, torch.tensor([0.0, 0.0, 1.0], **f64)),
+    # a subnormal float16 count was clamped to the smallest normal (6e-5) before the power
+    (torch.tensor([1e-7, 1.0], dtype=torch.float16), 0.75,
+     torch.tensor([float(torch.tensor(1e-7, dtype=torch.float16)) ** 0.75, 1.0], **f64)),
+])
+def test_unigram_noise_no_overflow(counts, power, want):
+    q = unigram_noise(counts, power)
+    assert q.dtype == counts.dtype and bool(torch.isfinite(q).all())
+    want = want / want.sum()
+    half = counts.dtype == torch.float16  # rounding to float16, subnormals included
+    assert torch.allclose(q.double(), want, rtol=2e-3 if half else 1e-6,
+                          atol=1e-7 if half else 0.0)
+
+
 @pytest.mark.parametrize("counts, power, exc, match", [
     (torch.tensor([1.0, -1.0]), 0.75, ValueError, "argument 'counts' must be >= 0"),
     (torch.tensor([0, 0]), 0.75, ValueError, "argument 'counts' sums to 0"),

@@ -235,9 +235,13 @@ def unigram_noise(counts: torch.Tensor, power: float = 0.75) -> torch.Tensor:
         counts = counts.to(torch.float64)
     counts = _check_probs(counts, "counts", func)
     power = check_positive_number(power, "power", func, allow_zero=True)
-    w = torch.where(counts > 0, counts.clamp(min=torch.finfo(counts.dtype).tiny).pow(power),
-                    torch.zeros_like(counts))
-    return w / w.sum()
+    # In log space and float64, normalised by a logsumexp: counts ** power overflows for large
+    # counts or powers (float16 counts summing past 65504, float32 counts of 1e10 with power
+    # 50), and w / w.sum() was then 0 or NaN everywhere, silently.
+    c = counts.to(torch.float64)
+    log_w = torch.where(c > 0, power * torch.log(c.clamp(min=torch.finfo(torch.float64).tiny)),
+                        torch.full_like(c, -math.inf))
+    return torch.softmax(log_w, dim=0).to(counts.dtype)
 
 
 def sample_noise(sampler: AliasSampler, batch_size: int, k: int, *, shared: bool = False,
