@@ -169,7 +169,7 @@ def maxent_log_space(energies, mean_energy):
 @pytest.mark.parametrize("answer", [right_maxent, maxent_newton, maxent_log_space])
 def test_maxent_accepts_right_answers(answer, capsys):
     assert check("variational-maxent", answer)
-    assert "correct on 5 test cases" in capsys.readouterr().out
+    assert "correct on 7 test cases" in capsys.readouterr().out
 
 
 def maxent_float32_inside(energies, mean_energy):
@@ -196,6 +196,26 @@ def test_maxent_float32_message_names_the_dtype_not_the_sum():
     text = " ".join(str(err.value).split())
     assert "sums to 1" in text or "sum to 1" in text
     assert "float64" in text and "(sum 1)" not in text
+
+
+def shifted_by(energies, mean_energy, shift):
+    # bisection with weights exp(-beta (E - shift)) for a fixed shift of the energies
+    def probs(beta):
+        w = torch.exp(-beta * (energies - shift))
+        return w / w.sum()
+
+    lo, hi = -1.0, 1.0
+    while float((probs(lo) * energies).sum()) < mean_energy:
+        lo *= 2
+    while float((probs(hi) * energies).sum()) > mean_energy:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if float((probs(mid) * energies).sum()) > mean_energy:
+            lo = mid
+        else:
+            hi = mid
+    return probs((lo + hi) / 2)
 
 
 def naive_exp(energies, mean_energy):
@@ -236,6 +256,14 @@ def two_point(energies, mean_energy):
     # weights not normalised
     (lambda e, m: torch.exp(-solve_beta(e, m) * (e - e.min())),
      r"mean 1.5.*not a probability vector: it sums to 1 \+"),
+    # stabilised by a fixed shift of the energies instead of the largest logit (independent
+    # review, fourth edition): right for the first five cases, but exp(-beta (E - min E))
+    # overflows for beta < 0 and exp(-beta (E - max E)) for beta > 0 once |beta| x spread is
+    # large (about 850 here)
+    (lambda e, m: shifted_by(e, m, e.min()),
+     r"(?s)energies \[0, 999, 1000\], mean 999.7.*NaN or inf.*largest logit"),
+    (lambda e, m: shifted_by(e, m, e.max()),
+     r"(?s)energies \[0, 1, 1000\], mean 0.3.*every probability is 0.*largest logit"),
     (lambda e, m: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])

@@ -103,6 +103,12 @@ _MAXENT_CASES = [
     ("energies [2, -1, 0.5, 4, 0], mean -0.5", [2.0, -1.0, 0.5, 4.0, 0.0], -0.5),
     ("energies [10000, 10001, 10003], mean 10001 (large energies)",
      [10000.0, 10001.0, 10003.0], 10001.0),
+    # widely spread energies, beta far from 0 on either side: |beta| * spread is about 850, so a
+    # fixed shift of the *energies* overflows (exp(-beta (E - min E)) for beta < 0,
+    # exp(-beta (E - max E)) for beta > 0); only the largest *logit* -beta E_i is safe to subtract
+    ("energies [0, 999, 1000], mean 999.7 (widely spread, beta < 0)",
+     [0.0, 999.0, 1000.0], 999.7),
+    ("energies [0, 1, 1000], mean 0.3 (widely spread, beta > 0)", [0.0, 1.0, 1000.0], 0.3),
 ]
 
 
@@ -123,10 +129,18 @@ def _check_maxent(maxent):
         p = p.detach()
         expect_true(bool(torch.isfinite(p).all()),
                     f"for input {desc} the result contains NaN or inf: {describe(p)}.",
-                    hint="exp(−β E) under- or overflows for large energies; torch.softmax "
-                         "subtracts the maximum first.")
+                    hint="exp(−β E) under- or overflows for large energies, and so does "
+                         "exp(−β (E − min E)) or exp(−β (E − max E)) for widely spread ones "
+                         "once |β| is large: subtract the largest logit −β E_i, as "
+                         "torch.softmax does.")
         expect_true(bool((p >= 0).all()),
                     f"for input {desc} the result has negative entries: {describe(p)}.")
+        expect_true(bool((p > 0).any()),
+                    f"for input {desc} every probability is 0: {describe(p)}.",
+                    hint="the weights overflowed (inf / inf) or all underflowed to 0: subtract "
+                         "the largest logit −β E_i before exponentiating, as torch.softmax "
+                         "does; a fixed shift of the energies is not enough once |β| × "
+                         "(spread of the energies) exceeds about 700.")
         off = float(p.sum()) - 1
         expect_true(abs(off) < 1e-5,
                     f"for input {desc} the result is not a probability vector: it sums to "
