@@ -9,7 +9,8 @@
   the exact gradient instead of samples, float32 and the package's estimators are caught).
 * ``estimators-laplace-sampler``: a reparameterised Laplace(loc, scale) sampler (the source's
   uniform on [0, 1], a wrong scale, detached draws, float32, float32 uniforms converted to
-  float64, eps clamped far from +-1/2 (tails cut; a test of each tail's frequency),
+  float64, eps clamped far from +-1/2 (tails cut; a test of each tail's frequency, and of
+  draws piled on one value),
   torch's global generator, torch.distributions (Laplace.icdf) and the package's sample_laplace
   are caught).
 """
@@ -167,6 +168,8 @@ P_LAPLACE = 1e-6
 #: (183 of 20000 draws). A sampler whose eps is clamped to +-0.49 never goes beyond
 #: -ln(0.02) = 3.9 scales (2 % of the mass piles up there), which KS at n = 20000 cannot see.
 TAIL_SCALES = 4.0
+#: A value drawn this many times or more is a pile-up (a clamp), not chance.
+PILED = 3
 
 
 def _float32_grid_fraction(x, loc, scale):
@@ -207,6 +210,18 @@ def laplace_draws_verdict(x, l0, s0):
                     f"e^-{TAIL_SCALES:g} / 2).",
                     "do not clamp eps far from +-1/2: the tails of the Laplace law come from "
                     "|eps| close to 1/2; a clamp like 1e-12 away is enough to avoid ln 0.")
+    # a clamp of eps at +-(1/2 - c) puts all the mass beyond -ln(2c) scales on two values: a
+    # clamp at 0.499 piles ~40 of 20000 draws on exactly +-6.21 scales, which neither KS nor
+    # the 4-scale tail test sees. A float64 sampler repeats a value three times with
+    # probability ~n^3 / 2^106 (about 1e-20).
+    values, counts = torch.unique(x, return_counts=True)
+    if int(counts.max()) >= PILED:
+        v = float(values[int(counts.argmax())])
+        return (f"{int(counts.max())} of the {n} draws are exactly {v!r}, "
+                f"{abs(v - l0) / s0:.3g} scales from loc: the tail beyond it is piled up on "
+                "one value.",
+                "do not clamp eps far from +-1/2: the tails of the Laplace law come from "
+                "|eps| close to 1/2; a clamp like 1e-12 away is enough to avoid ln 0.")
     return None
 
 
