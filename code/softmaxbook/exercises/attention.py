@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from . import call, describe, exercise, expect_close, expect_true, watch_calls
+from . import (call, check_generator, check_salt, describe, exercise, expect_close,
+               expect_true, watch_calls)
 from .. import attention
 
 
@@ -54,6 +55,27 @@ _SCORE_CASES = [
 ]
 
 
+def _salted_score_cases():
+    """Under the grader's secret salt (none in a notebook): random cases of the same kinds,
+    rows on scales up to 1000 apart and an impossible location, so that a table of answers to
+    the fixed cases is no use."""
+    if not check_salt():
+        return []
+    g = check_generator(41)
+    n, L = 4, 5
+    e = torch.randn(n, L, generator=g, dtype=torch.float64) * 3
+    e += torch.tensor([[1000.0], [0.0], [-1000.0], [300.0]], dtype=torch.float64)[
+        torch.randperm(n, generator=g)]
+    s = torch.randint(0, L, (n,), generator=g)
+    blocked = (s + 1 + torch.randint(0, L - 1, (n,), generator=g)) % L
+    e[torch.arange(n), blocked] = float("-inf")
+    r = -3 * torch.rand(n, generator=g, dtype=torch.float64)
+    b = -float(torch.rand(1, generator=g, dtype=torch.float64))
+    return [(f"scores {describe(e)} (rows on different scales, -inf entries), locations "
+             f"{s.tolist()}, rewards {describe(r)}, baseline {b:.6g}",
+             e.tolist(), s.tolist(), r.tolist(), b)]
+
+
 def _score_term_reference(scores, locations, rewards, baseline):
     alpha = torch.softmax(scores, dim=-1)
     onehot = torch.nn.functional.one_hot(locations, scores.shape[-1]).to(scores.dtype)
@@ -63,7 +85,8 @@ def _score_term_reference(scores, locations, rewards, baseline):
 @exercise("attention-score-term", "the REINFORCE term for a categorical location")
 def _check_score_term(score_term):
     """``score_term(scores, locations, rewards, baseline)`` -> ``[n, L]``."""
-    for desc, e, s, r, b in _SCORE_CASES:
+    cases = _SCORE_CASES + _salted_score_cases()
+    for desc, e, s, r, b in cases:
         scores, locations, rewards = _t(e), torch.tensor(s), _t(r)
         args = (scores.clone(), locations.clone(), rewards.clone(), b)
         got = call(score_term, *args, input_desc=desc)
@@ -86,7 +109,7 @@ def _check_score_term(score_term):
                      hint="differentiate log alpha_s = e_s - log sum_j exp(e_j) with respect "
                           "to every e_j (each row on its own), and remember what multiplies "
                           "it in the estimator, baseline included.")
-    return len(_SCORE_CASES)
+    return len(cases)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -104,6 +127,16 @@ _BASELINE_CASES = [
 ]
 
 
+def _salted_baseline_cases():
+    """Random rewards and decay under the grader's secret salt (none in a notebook)."""
+    if not check_salt():
+        return []
+    g = check_generator(43)
+    r = -3 * torch.rand(5, 3, generator=g, dtype=torch.float64)
+    decay = round(0.2 + 0.7 * float(torch.rand(1, generator=g, dtype=torch.float64)), 3)
+    return [(f"rewards {describe(r)} (5 steps x 3 examples), decay {decay}", r.tolist(), decay)]
+
+
 def _baseline_reference(rewards, decay):
     out, b = [], 0.0
     for row in rewards:
@@ -115,7 +148,8 @@ def _baseline_reference(rewards, decay):
 @exercise("attention-baseline", "the moving-average baseline")
 def _check_baseline(baselines):
     """``baselines(rewards, decay)`` -> ``[S]``: the baseline used at each of S steps."""
-    for desc, r, decay in _BASELINE_CASES:
+    cases = _BASELINE_CASES + _salted_baseline_cases()
+    for desc, r, decay in cases:
         rewards = _t(r)
         arg = rewards.clone()
         got = call(baselines, arg, decay, input_desc=desc)
@@ -138,7 +172,7 @@ def _check_baseline(baselines):
                      what="baselines",
                      hint="the baseline starts at 0; after each step it moves a fraction "
                           "(1 - decay) of the way towards that step's mean reward.")
-    return len(_BASELINE_CASES)
+    return len(cases)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -162,10 +196,27 @@ _MARGINAL_CASES = [
 ]
 
 
+def _salted_marginal_cases():
+    """Random alphas (one location never chosen) and log-likelihoods on scales far apart,
+    under the grader's secret salt (none in a notebook)."""
+    if not check_salt():
+        return []
+    g = check_generator(47)
+    a = torch.rand(3, 4, generator=g, dtype=torch.float64) + 0.05
+    a[torch.arange(3), torch.randint(0, 4, (3,), generator=g)] = 0.0
+    a = a / a.sum(-1, keepdim=True)
+    ll = -3 * torch.rand(3, 4, generator=g, dtype=torch.float64)
+    ll += torch.tensor([[-1000.0], [0.0], [-300.0]], dtype=torch.float64)[
+        torch.randperm(3, generator=g)]
+    return [(f"alpha {describe(a)}, loglik {describe(ll)} (rows on different scales)",
+             a.tolist(), ll.tolist())]
+
+
 @exercise("attention-marginal", "the exact marginal log-likelihood over locations")
 def _check_marginal(marginal):
     """``marginal(log_alpha, loglik)`` -> ``[n]``."""
-    for desc, a, ll in _MARGINAL_CASES:
+    cases = _MARGINAL_CASES + _salted_marginal_cases()
+    for desc, a, ll in cases:
         log_alpha, loglik = _t(a).log(), _t(ll)
         args = (log_alpha.clone(), loglik.clone())
         with watch_calls(attention.marginal_log_lik, attention.jensen_bound) as seen:
@@ -191,4 +242,4 @@ def _check_marginal(marginal):
                      hint="log p(y | a) is the log of an alpha-weighted sum of probabilities, "
                           "not an alpha-weighted sum of log-probabilities (that is the Jensen "
                           "bound, which is lower).")
-    return len(_MARGINAL_CASES)
+    return len(cases)
