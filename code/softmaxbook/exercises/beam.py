@@ -20,7 +20,8 @@ import torch
 import softmaxbook.beam as _beam
 from softmaxbook.beam import sbs_estimate
 
-from . import _ForbiddenCall, call, describe, exercise, expect_close, expect_true
+from . import (_ForbiddenCall, call, check_generator, check_salt, describe, exercise,
+               expect_close, expect_true)
 
 
 class _Bigram:
@@ -46,7 +47,7 @@ class _Bigram:
 
 
 def _prefix_cases():
-    g = torch.Generator().manual_seed(3)
+    g = check_generator(3)  # public in a notebook; the grader's secret salt changes it
     small = _Bigram([[0.5, 1.0, 0.0], [1.0, 0.2, -0.5], [0.3, -0.3, 0.8], [0.0, 0.7, 0.4]])
     peaked = _Bigram(torch.randn(6, 5, generator=g, dtype=torch.float64) * 30)
     impossible = torch.randn(4, 3, generator=g, dtype=torch.float64)
@@ -138,7 +139,22 @@ def _estimator_cases():
         (torch.tensor([3.0, 5.0], dtype=f64), torch.tensor([-800.0, -900.0], dtype=f64),
          torch.tensor(0.0, dtype=f64), "log_probs 800 and 900 below kappa (exp(phi - kappa) "
                                         "underflows to 0)"),
-    ]
+    ] + _salted_estimator_cases()
+
+
+def _salted_estimator_cases():
+    """Under the grader's secret salt (none in a notebook): a random batch of searches whose
+    log-probabilities lie near, far below and far above kappa."""
+    if not check_salt():
+        return []
+    f64 = torch.float64
+    g = check_generator(107)
+    values = 5 * torch.randn(3, 4, generator=g, dtype=f64)
+    log_probs = -2 - 3 * torch.rand(3, 4, generator=g, dtype=f64)
+    shift = torch.tensor([60.0, 0.0, -5.0], dtype=f64)[torch.randperm(3, generator=g)]
+    kappa = log_probs.mean(-1) + shift
+    return [(values, log_probs, kappa, "a random batch of 3 searches with k = 4, log_probs "
+                                       "near, far below and above kappa")]
 
 
 @contextlib.contextmanager
