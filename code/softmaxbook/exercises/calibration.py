@@ -27,7 +27,8 @@ import sys
 
 import torch
 
-from . import call, describe, exercise, expect_close, expect_true, watch_calls
+from . import (call, check_generator, check_salt, describe, exercise, expect_close,
+               expect_true, watch_calls)
 from .. import calibration as _cal
 
 f64 = dict(dtype=torch.float64)
@@ -119,7 +120,7 @@ def _reference_ece(probs, labels, n_bins):
 
 
 def _ece_cases():
-    g = torch.Generator().manual_seed(31)
+    g = check_generator(31)  # public in a notebook; the grader's secret salt changes it
     z = 2.5 * torch.randn(400, 5, generator=g, **f64)
     y = torch.multinomial(torch.softmax(z / 1.7, 1), 1, generator=g).squeeze(1)
     cases = [
@@ -147,6 +148,17 @@ def _ece_cases():
     probs = torch.tensor([[0.55, 0.45], [0.52, 0.48], [0.58, 0.42]], **f64)
     labels = torch.tensor([0, 1, 0])
     cases.append(("confidences 0.55, 0.52, 0.58, 20 bins", probs, labels, 20))
+    if check_salt():  # the grader's secret salt: confidences on random bin edges, and 1
+        n_bins = [4, 5, 8, 10, 20][int(torch.randint(0, 5, (1,), generator=g))]
+        k = torch.randint((n_bins + 1) // 2, n_bins + 1, (12,), generator=g)
+        conf = k.to(torch.float64) / n_bins
+        probs = torch.stack([conf, 1 - conf], 1)
+        flip = torch.rand(12, generator=g) < 0.5
+        probs[flip] = probs[flip].flip(1)
+        labels = torch.randint(0, 2, (12,), generator=g)
+        cases.append((f"confidences on the bin edges {conf.tolist()} (columns swapped at "
+                      f"random, ties 0.5/0.5 included), labels {labels.tolist()}, "
+                      f"{n_bins} bins", probs, labels, n_bins))
     return cases
 
 
@@ -197,11 +209,16 @@ def _check_kl_uniform(kl):
         ("logits [[0, 0, 0], [log 3, 0, 0]]",
          torch.tensor([[0.0, 0.0, 0.0], [math.log(3.0), 0.0, 0.0]], **f64)),
         ("random logits, 4 rows, 6 classes",
-         torch.randn(4, 6, generator=torch.Generator().manual_seed(5), **f64)),
+         torch.randn(4, 6, generator=check_generator(5), **f64)),
         ("huge logits [[800, -800], [0, 1000]]", torch.tensor([[800.0, -800.0],
                                                                [0.0, 1000.0]], **f64)),
         ("float32 logits [[100, -100, 0]]", torch.tensor([[100.0, -100.0, 0.0]])),
     ]
+    if check_salt():  # the grader's secret salt: huge random logits, float64 and float32
+        g = check_generator(37)
+        huge = 600 * torch.randn(3, 4, generator=g, **f64)
+        cases.append((f"huge random logits {describe(huge)}", huge))
+        cases.append((f"float32 logits {describe(huge[:1].float() / 6)}", huge[:1].float() / 6))
     own = {_cal.kl_uniform: "kl_uniform", _cal.confidence_loss: "confidence_loss"}
     for desc, logits in cases:
         got = _run_watched(kl, (logits.clone(),), input_desc=desc, targets=lambda: list(own),
@@ -258,7 +275,7 @@ _ROC_LIBRARY = {"sklearn.metrics": ["roc_curve"],
 @exercise("calibration-fpr95", "FPR at 95 % TPR by hand")
 def _check_fpr95(fpr95):
     """``fpr95(scores_in, scores_out)`` -> float or 0-d tensor."""
-    g = torch.Generator().manual_seed(7)
+    g = check_generator(7)  # public in a notebook; the grader's secret salt changes it
     cases = [
         ("scores_in = 1, 2, ..., 20; scores_out = 0.5, 1.5, ..., 9.5",
          torch.arange(1, 21, **f64), torch.arange(10, **f64) + 0.5),
@@ -271,6 +288,12 @@ def _check_fpr95(fpr95):
          (torch.randn(200, generator=g, **f64) + 1).round(decimals=1),
          torch.randn(150, generator=g, **f64).round(decimals=1)),
     ]
+    if check_salt():  # the grader's secret salt: small integer scores, many ties
+        n_in, n_out = (int(v) for v in torch.randint(10, 40, (2,), generator=g))
+        s_in = torch.randint(2, 12, (n_in,), generator=g).to(torch.float64)
+        s_out = torch.randint(0, 9, (n_out,), generator=g).to(torch.float64)
+        cases.append((f"ties: scores_in = {s_in.tolist()}, scores_out = {s_out.tolist()}",
+                      s_in, s_out))
     own = {_cal.ood_metrics: "ood_metrics", _cal._metrics_one_way: "_metrics_one_way",
            _cal._curve: "_curve"}
     for desc, s_in, s_out in cases:
