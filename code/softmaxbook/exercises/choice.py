@@ -10,7 +10,8 @@ import torch
 from softmaxbook import choice as _choice
 from softmaxbook.choice import rw_gradient, rw_values
 
-from . import _ForbiddenCall, call, exercise, expect_close, expect_true
+from . import _ForbiddenCall, call, check_generator, check_salt, exercise, expect_close, \
+    expect_true
 
 D = torch.float64
 
@@ -55,7 +56,9 @@ def _package_forbidden():
 
 def _cases():
     """(alpha, beta, choices, rewards) for one participant: 1-D tensors of length T."""
-    g = torch.Generator().manual_seed(2019)  # fixed test inputs, not a chapter's draws
+    # fixed test inputs in a notebook, not a chapter's draws; under the grader they change
+    # with its secret salt, and salted variants of the hand-made cases are added
+    g = check_generator(2019)
     out = []
     for alpha, beta, T in ((0.3, 3.0, 40), (0.9, 8.0, 60), (0.05, 1.0, 30)):
         c = (torch.rand(T, generator=g) < 0.6).long()
@@ -80,6 +83,18 @@ def _cases():
         r = ((2 * torch.rand(T, generator=g, dtype=D) - 1) * scale)
         out.append((alpha, beta, c, r, f"alpha={alpha}, beta={beta}, {T} trials, rewards "
                     f"uniform on [-{scale:g}, {scale:g}]"))
+    if check_salt():
+        alpha, beta = (round(0.05 + 0.9 * float(v), 3) for v in torch.rand(2, generator=g))
+        beta = round(10 * beta, 2)
+        T = 10 + int(torch.randint(0, 10, (1,), generator=g))
+        never = int(torch.randint(0, 2, (1,), generator=g))
+        r = (4 * torch.rand(T, generator=g, dtype=D) - 2).round(decimals=2)
+        out.append((alpha, beta, torch.full((T,), 1 - never, dtype=torch.long), r,
+                    f"alpha={alpha}, beta={beta}, option {never} never chosen, rewards "
+                    f"{r.tolist()}"))
+        c = (torch.rand(T, generator=g) < 0.5).long()
+        out.append((alpha, beta, c, r, f"alpha={alpha}, beta={beta}, choices {c.tolist()}, "
+                                       f"rewards {r.tolist()}"))
     return out
 
 
