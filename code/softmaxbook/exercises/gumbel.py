@@ -24,7 +24,8 @@ import numpy as np
 import torch
 from scipy import stats
 
-from . import _ForbiddenCall, call, exercise, expect_close, expect_true
+from . import _ForbiddenCall, call, check_generator, check_salt, exercise, expect_close, \
+    expect_true
 from .. import gumbel as _gumbel
 from ..gumbel import plackett_luce_log_prob
 
@@ -90,8 +91,9 @@ def _check_max_sampler(sampler):
     """``sampler(logits, generator)`` -> LongTensor of shape logits.shape[:-1]."""
     logits = torch.tensor([1.0, 0.0, -1.0, 0.5], dtype=torch.float64)
     n = 20000
-    # fixed test inputs (a check is deterministic given the learner's function)
-    gen = torch.Generator().manual_seed(2024)
+    # fixed test inputs in a notebook (a check is deterministic given the learner's function);
+    # under the grader every generator's seed changes with its secret salt
+    gen = check_generator(2024)
     desc = f"logits = {logits.tolist()} repeated in {n} rows"
     given = logits.expand(n, 4).clone()
     idx = _call_sampler(sampler, given, gen, desc)
@@ -121,7 +123,7 @@ def _check_max_sampler(sampler):
     for shape in ((4,), (3, 5, 4)):
         desc_s = f"logits = {logits.tolist()} broadcast to shape {shape}"
         out = _call_sampler(sampler, logits.expand(shape).clone(),
-                            torch.Generator().manual_seed(5), desc_s)
+                            check_generator(5), desc_s)
         got_shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         expect_true(isinstance(out, torch.Tensor) and tuple(out.shape) == shape[:-1],
                     f"for input {desc_s} the result should have shape {shape[:-1]}: one class "
@@ -162,7 +164,7 @@ def _check_max_sampler(sampler):
         tl = torch.tensor(tail_logits, dtype=torch.float64)
         desc_t = f"logits = {tail_logits} repeated in {tail_rows} rows"
         out = _call_sampler(sampler, tl.expand(tail_rows, len(tail_logits)).clone(),
-                            torch.Generator().manual_seed(tail_seed), desc_t)
+                            check_generator(tail_seed), desc_t)
         pval, got_share, want_share = _tail_test(out, tl, rare)
         expect_true(pval > 1e-6,
                     f"for input {desc_t} the classes {rare} came out in a share "
@@ -176,21 +178,21 @@ def _check_max_sampler(sampler):
     # seed other classes (a sampler that makes its own generator gives the same classes twice).
     desc2 = f"logits = {logits.tolist()} repeated in 200 rows, two generators"
     rows = logits.expand(200, 4).clone()
-    a = _call_sampler(sampler, rows.clone(), torch.Generator().manual_seed(7), desc2)
-    b = _call_sampler(sampler, rows.clone(), torch.Generator().manual_seed(7), desc2)
-    c = _call_sampler(sampler, rows.clone(), torch.Generator().manual_seed(8), desc2)
+    a = _call_sampler(sampler, rows.clone(), check_generator(7), desc2)
+    b = _call_sampler(sampler, rows.clone(), check_generator(7), desc2)
+    c = _call_sampler(sampler, rows.clone(), check_generator(8), desc2)
     expect_true(torch.equal(torch.as_tensor(a), torch.as_tensor(b)),
                 f"for input {desc2} seeded alike, your sampler returned different classes: its "
                 f"draws do not all come from the `generator` argument.",
                 hint="pass generator=generator to every random draw.")
     expect_true(not torch.equal(torch.as_tensor(a), torch.as_tensor(c)),
-                f"for input {desc2} seeded differently (7 and 8), your sampler returned the same "
+                f"for input {desc2} seeded differently, your sampler returned the same "
                 f"200 classes: it ignores the `generator` argument.",
                 hint="draw the uniforms with torch.rand(..., generator=generator), the generator "
                      "the caller passes, not one you create.")
     # -inf means impossible
     lg = torch.tensor([0.0, -math.inf, 0.0], dtype=torch.float64).expand(2000, 3).clone()
-    idx = _call_sampler(sampler, lg, torch.Generator().manual_seed(1), "logits = [0, -inf, 0]")
+    idx = _call_sampler(sampler, lg, check_generator(1), "logits = [0, -inf, 0]")
     expect_true(bool((idx != 1).all()),
                 "for logits = [0, -inf, 0] the sampler returned the impossible class 1.",
                 hint="-inf + G is -inf, which never wins an argmax as long as G is finite: "
@@ -213,7 +215,7 @@ def _check_max_sampler(sampler):
     lg = torch.tensor([-math.inf, 0.0], dtype=torch.float64).expand(8, 2).clone()
     with mock.patch.object(torch, "rand", zero_rand), \
             mock.patch.object(torch.Tensor, "uniform_", zero_uniform_):
-        idx = _call_sampler(sampler, lg, torch.Generator().manual_seed(3), desc)
+        idx = _call_sampler(sampler, lg, check_generator(3), desc)
     expect_true(bool((torch.as_tensor(idx) == 1).all()),
                 "when torch.rand returns 0 (it samples [0, 1), so it can; Tensor.uniform_ "
                 "too), your sampler returned the impossible class 0 for logits = [-inf, 0].",
@@ -241,6 +243,13 @@ def _check_truncated_inverse(inverse):
         ("loc far above upper", torch.tensor([0.2, 0.7], **f64),
          torch.tensor([800.0, 1000.0], **f64), torch.tensor([0.0, 3.0], **f64)),
     ]
+    if check_salt():  # the grader's secret salt: random u, loc far below and above upper
+        g = check_generator(89)
+        u = 0.02 + 0.96 * torch.rand(6, generator=g, **f64)
+        upper = 4 * torch.randn(6, generator=g, **f64)
+        loc = upper + torch.tensor([-900.0, -60.0, -1.0, 1.0, 60.0, 900.0], **f64) * (
+            0.5 + torch.rand(6, generator=g, **f64))
+        cases.append(("random", u, loc, upper))
     hints = {
         "moderate": "solve u = F(g) for g, with F(g) = exp(exp(loc - upper) - exp(loc - g)) the "
                     "truncated CDF: take the log twice.",
@@ -251,6 +260,9 @@ def _check_truncated_inverse(inverse):
                                "the plain Gumbel G that the same u gives (the chapter shows a "
                                "second form), and evaluate log(e^a + e^b) with a torch function "
                                "that does not overflow.",
+        "random": "loc lies far below or far above upper in some entries: solve u = F(g) for "
+                  "g in a form that neither overflows (e^x with x in the hundreds) nor loses "
+                  "its digits, e.g. in terms of the plain Gumbel G that the same u gives.",
     }
     for name, u, loc, upper in cases:
         desc = f"u = {u.tolist()}, loc = {loc.tolist()}, upper = {upper.tolist()} ({name})"
@@ -296,6 +308,13 @@ def _check_plackett_luce(log_prob):
         # give -300 (review of the third edition: only order [1, 2] was tested on these logits)
         (torch.tensor([0.0, -400.0, -400.0], **f64), [0, 1]),
     ]
+    if check_salt():  # the grader's secret salt: random logits on mixed scales, -inf included
+        g = check_generator(97)
+        lg = torch.randn(6, generator=g, **f64) * torch.tensor(
+            [1.0, 1.0, 5.0, 30.0, 300.0, 1.0], **f64)[torch.randperm(6, generator=g)]
+        perm = torch.randperm(6, generator=g).tolist()
+        lg[perm[-1]] = -math.inf
+        cases.append((lg, perm[:4]))
     for logits, order in cases:
         desc = f"logits = {logits.tolist()}, order = {order}"
         given = logits.clone()
