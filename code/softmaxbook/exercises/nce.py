@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from .. import nce as _nce
-from . import _ForbiddenCall, call, exercise, expect_close, expect_true
+from . import (_ForbiddenCall, call, check_generator, check_salt, describe, exercise,
+               expect_close, expect_true)
 from ..nce import nce_loss
 
 f64 = dict(dtype=torch.float64)
@@ -49,7 +50,7 @@ def _package_forbidden():
 
 # ------------------------------------------------------------------------------------------------
 def _objective_cases():
-    g = torch.Generator().manual_seed(7)
+    g = check_generator(7)  # public in a notebook; the grader's secret salt changes it
     s = torch.randn(5, generator=g, **f64)
     n = torch.randn(5, 3, generator=g, **f64)
     lq = torch.log(torch.rand(5, generator=g, **f64) * 0.2 + 0.01)
@@ -64,6 +65,14 @@ def _objective_cases():
            torch.full((3, 2), -2.0, **f64),
            "log(sigmoid(x)) is log(0) = -inf once sigmoid underflows (x < -745 in float64). "
            "Use torch.nn.functional.logsigmoid, or -softplus(-x), which are exact everywhere.")
+    if check_salt():  # the grader's secret salt: extreme random scores, k = 4
+        s = 900 * torch.randn(4, generator=g, **f64)
+        n = 900 * torch.randn(4, 4, generator=g, **f64)
+        lq = torch.log(torch.rand(4, generator=g, **f64) * 0.2 + 0.01)
+        nq = torch.log(torch.rand(4, 4, generator=g, **f64) * 0.2 + 0.01)
+        yield (f"extreme random scores s = {describe(s)}, noise scores {describe(n)}, k = 4",
+               s, n, lq, nq, "log(sigmoid(x)) is log(0) = -inf once sigmoid underflows (x < "
+               "-745 in float64). Use torch.nn.functional.logsigmoid, or -softplus(-x).")
 
 
 @exercise("nce-objective", "the NCE loss")
@@ -166,6 +175,14 @@ def _check_alias_table(alias_table):
          (1 / torch.arange(1, 51, **f64)).sum()),
         ("one word with 0.97 of the mass", torch.tensor([0.01, 0.97, 0.01, 0.01], **f64)),
     ]
+    if check_salt():  # the grader's secret salt: random laws with impossible words
+        g = check_generator(71)
+        for V in (int(v) for v in torch.randint(3, 40, (2,), generator=g)):
+            w = torch.rand(V, generator=g, **f64) ** 3
+            w[torch.rand(V, generator=g) < 0.25] = 0.0
+            w[int(torch.randint(0, V, (1,), generator=g))] += 0.5
+            p = w / w.sum()
+            cases.append((f"probs = {describe(p)} ({V} words, random)", p))
     for desc, p in cases:
         with _package_forbidden():
             out = call(alias_table, p.clone(), input_desc=desc,
@@ -208,7 +225,7 @@ def _shifted_pmi(joint, k):
 @exercise("nce-shifted-pmi", "the optimum of negative sampling")
 def _check_shifted_pmi(shifted_pmi):
     """``shifted_pmi(joint [C, V], k)`` -> ``[C, V]``: PMI(w, c) - log k."""
-    g = torch.Generator().manual_seed(3)
+    g = check_generator(3)  # public in a notebook; the grader's secret salt changes it
     j1 = torch.rand(3, 4, generator=g, **f64)
     j1 /= j1.sum()
     j2 = torch.tensor([[0.1, 0.0, 0.2], [0.3, 0.25, 0.15]], **f64)
@@ -220,6 +237,13 @@ def _check_shifted_pmi(shifted_pmi):
              ("joint [[0.1, 0, 0.2], [0.3, 0.25, 0.15]] (a pair never seen), k = 15", j2, 15),
              ("a 3 x 3 joint table [[0.3, 0.05, 0.05], [0.02, 0.2, 0.08], "
               "[0.1, 0.05, 0.15]], k = 2", j3, 2)]
+    if check_salt():  # the grader's secret salt: a random square table with unseen pairs
+        j4 = torch.rand(4, 4, generator=g, **f64)
+        j4[torch.arange(4), torch.randperm(4, generator=g)] = 0.0
+        j4 /= j4.sum()
+        k = int(torch.randint(2, 20, (1,), generator=g))
+        cases.append((f"a random 4 x 4 joint table {describe(j4)} (pairs never seen), k = {k}",
+                      j4, k))
     for desc, joint, k in cases:
         with _package_forbidden():
             got = call(shifted_pmi, joint.clone(), k, input_desc=desc,
