@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import torch
 
-from . import call, describe, exercise, expect_close, expect_true, watch_calls
+from . import call, check_generator, describe, exercise, expect_close, expect_true, watch_calls
 from .. import seqgan
 
 
 def _setup(vocab: int, length: int, seed: int):
     """A float64 generator with gradients, scores D(y) in (0.1, 0.9) for every sequence, the
     exact Q table [n_seq, T], the exact grad J, and the reference estimate per sequence."""
-    g = torch.Generator().manual_seed(seed)
+    g = check_generator(seed)  # public in a notebook; the grader's secret salt changes it
     model = seqgan.random_oracle(vocab, 8, embed=4, scale=0.8, generator=g).double()
     model.requires_grad_(True)
     params = list(model.parameters())
