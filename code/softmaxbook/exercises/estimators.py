@@ -25,7 +25,8 @@ import torch
 from scipy import stats
 
 from .. import estimators as _es
-from . import _ForbiddenCall, call, exercise, expect_close, expect_true
+from . import _ForbiddenCall, call, check_generator, check_salt, exercise, expect_close, \
+    expect_true
 
 F64 = dict(dtype=torch.float64)
 
@@ -76,6 +77,11 @@ def _check_gaussian_kl(kl):
          torch.tensor([[0.3, -0.7, 1.0], [-2.0, 0.0, 0.5]], **F64)),
         ("large variances", torch.tensor([1.0, 2.0], **F64), torch.tensor([8.0, -6.0], **F64)),
     ]
+    if check_salt():  # the grader's secret salt: a random batch, large variances included
+        g = check_generator(73)
+        cases.append(("a random batch of 3 in 4 dimensions",
+                      (2 * torch.randn(3, 4, generator=g, **F64)).round(decimals=3),
+                      (4 * torch.randn(3, 4, generator=g, **F64)).round(decimals=3)))
     z = torch.zeros((), **F64)
     for name, mu, lv in cases:
         desc = f"mu = {mu.tolist()}, logvar = {lv.tolist()} ({name})"
@@ -107,13 +113,17 @@ def _check_bernoulli_score(estimates):
     """``estimates(f, logit, n, generator)`` -> tensor (n,) of per-sample estimates."""
     cases = [(torch.tensor([1.0, 4.0], **F64), 0.3), (torch.tensor([-2.0, 0.5], **F64), -1.5),
              (torch.tensor([3.0, 3.0], **F64), 2.0)]
+    if check_salt():  # the grader's secret salt: random f and logit (and generators below)
+        g = check_generator(79)
+        cases.append(((4 * torch.randn(2, generator=g, **F64)).round(decimals=2),
+                      round(float(2 * torch.randn(1, generator=g)), 2)))
     for fv, l0 in cases:
         def f(b, fv=fv):
             return fv[b.long()]
         logit = torch.tensor(l0, **F64)
         desc = f"f(0) = {fv[0].item()}, f(1) = {fv[1].item()}, logit = {l0}, n = 20000"
         with _forbidden(distributions=False):
-            got = call(estimates, f, logit.clone(), 20000, torch.Generator().manual_seed(7),
+            got = call(estimates, f, logit.clone(), 20000, check_generator(7),
                        input_desc=desc, no_global_rng=True, forbid_reason=_NO_SHORTCUT)
         expect_true(isinstance(got, torch.Tensor) and tuple(got.shape) == (20000,),
                     f"for input {desc} the result should be a tensor of shape (20000,), one "
@@ -229,12 +239,17 @@ def laplace_draws_verdict(x, l0, s0):
 def _check_laplace_sampler(sampler):
     """``sampler(loc, scale, n, generator)`` -> tensor (n,), differentiable in loc and scale."""
     n = 20000
-    for l0, s0 in ((0.0, 1.0), (-1.5, 0.3)):
+    cases = [(0.0, 1.0), (-1.5, 0.3)]
+    if check_salt():  # the grader's secret salt: a random loc and scale
+        g = check_generator(83)
+        cases.append((round(float(3 * torch.randn(1, generator=g)), 2),
+                       round(0.1 + 2 * float(torch.rand(1, generator=g)), 2)))
+    for l0, s0 in cases:
         loc = torch.tensor(l0, **F64, requires_grad=True)
         scale = torch.tensor(s0, **F64, requires_grad=True)
         desc = f"loc = {l0}, scale = {s0}, n = {n}"
         with _forbidden(distributions=True):
-            x = call(sampler, loc, scale, n, torch.Generator().manual_seed(11), input_desc=desc,
+            x = call(sampler, loc, scale, n, check_generator(11), input_desc=desc,
                      no_global_rng=True, forbid_reason=_NO_SHORTCUT)
         expect_true(isinstance(x, torch.Tensor) and tuple(x.shape) == (n,),
                     f"for input {desc} the result should be a tensor of shape ({n},), got "
@@ -269,4 +284,4 @@ def _check_laplace_sampler(sampler):
                      what="d(sum of draws)/d scale", rtol=1e-7, atol=1e-7,
                      hint="each draw is loc + scale * (a function of eps): its derivative in "
                           "scale is (x - loc) / scale.")
-    return 2
+    return len(cases)
