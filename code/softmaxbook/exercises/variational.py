@@ -16,7 +16,8 @@ import math
 
 import torch
 
-from . import call, describe, exercise, expect_close, expect_true, watch_calls
+from . import (call, check_generator, check_salt, describe, exercise, expect_close,
+               expect_true, watch_calls)
 from .. import variational
 from ..variational import cycloid
 
@@ -55,9 +56,14 @@ _CANDIDATES = [
 @exercise("variational-residual", "Euler–Lagrange residual of f′² + f²")
 def _check_residual(residual):
     """``residual(f, x)`` -> tensor of the shape of x: 2 f(x) − 2 f″(x)."""
-    x = torch.linspace(-1.5, 1.5, 7, dtype=torch.float64)
-    for name, f, exact in _CANDIDATES:
-        desc = f"{name}, x = torch.linspace(-1.5, 1.5, 7, dtype=torch.float64)"
+    grid = torch.linspace(-1.5, 1.5, 7, dtype=torch.float64)
+    cases = [(c, grid, "torch.linspace(-1.5, 1.5, 7, dtype=torch.float64)") for c in _CANDIDATES]
+    if check_salt():  # the grader's secret salt: the candidates again at random points
+        g = check_generator(53)
+        x = (3 * torch.rand(7, generator=g, dtype=torch.float64) - 1.5).sort().values
+        cases += [(c, x, describe(x)) for c in _CANDIDATES]
+    for (name, f, exact), x, shown in cases:
+        desc = f"{name}, x = {shown}"
         arg = x.clone()
         with watch_calls(variational.el_residual) as seen:
             got = call(residual, f, arg, input_desc=desc)
@@ -73,7 +79,7 @@ def _check_residual(residual):
                 "compares to 1e-9, which a finite difference does not reach.")
         expect_close(got.detach(), exact(x), input_desc=desc, rtol=1e-9, atol=1e-9,
                      what="residual", hint=hint)
-    return len(_CANDIDATES)
+    return len(cases)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -112,10 +118,28 @@ _MAXENT_CASES = [
 ]
 
 
+def _salted_maxent_cases():
+    """Under the grader's secret salt (none in a notebook): random energies, one case shifted
+    by a large random offset, and a random attainable mean energy."""
+    if not check_salt():
+        return []
+    g = check_generator(59)
+    out = []
+    for k, offset in ((4, 0.0), (5, 5000.0 + 5000.0 * float(torch.rand(1, generator=g)))):
+        e = torch.randn(k, generator=g, dtype=torch.float64) * 2
+        e = (e - e.min()).round(decimals=3) + round(offset)
+        lo, hi = float(e.min()), float(e.max())
+        m = round(lo + (hi - lo) * (0.15 + 0.7 * float(torch.rand(1, generator=g))), 3)
+        out.append((f"energies {e.tolist()}, mean {m}" + (" (large energies)" if offset
+                                                          else ""), e.tolist(), m))
+    return out
+
+
 @exercise("variational-maxent", "maximum-entropy distribution with a given mean energy")
 def _check_maxent(maxent):
     """``maxent(energies, mean_energy)`` -> probabilities of the shape of energies."""
-    for desc, e, m in _MAXENT_CASES:
+    cases = _MAXENT_CASES + _salted_maxent_cases()
+    for desc, e, m in cases:
         energies = torch.tensor(e, dtype=torch.float64)
         p = call(maxent, energies.clone(), m, input_desc=desc)
         expect_true(isinstance(p, torch.Tensor) and p.shape == energies.shape,
@@ -163,7 +187,7 @@ def _check_maxent(maxent):
                      atol=1e-9, what="distribution",
                      hint="among distributions with this mean, the one with the largest "
                           "entropy has the form softmax(−β E).")
-    return len(_MAXENT_CASES)
+    return len(cases)
 
 
 
@@ -209,7 +233,14 @@ _BELTRAMI_CASES = [
 @exercise("variational-beltrami", "the Beltrami expression F − f′ ∂F/∂f′")
 def _check_beltrami(beltrami):
     """``beltrami(F, f, x)`` -> tensor of the shape of x: F − f′ ∂F/∂f′ along f."""
-    for name, F, f, x, exact in _BELTRAMI_CASES:
+    cases = list(_BELTRAMI_CASES)
+    if check_salt():  # the grader's secret salt: every case again at random points
+        g = check_generator(61)
+        for name, F, f, x, exact in _BELTRAMI_CASES:
+            lo, hi = float(x[0]), float(x[-1])
+            xr = (lo + (hi - lo) * torch.rand(len(x), generator=g, dtype=torch.float64)).sort()
+            cases.append((name.split(", x in")[0], F, f, xr.values, exact))
+    for name, F, f, x, exact in cases:
         desc = f"{name}, x = {describe(x)}"
         arg = x.clone()
         got = call(beltrami, F, f, arg, input_desc=desc)
@@ -223,4 +254,4 @@ def _check_beltrami(beltrami):
         # f′ at its best step (6e-6) is 2e-12 to 1e-11 off, so 1e-13 tells them apart.
         expect_close(got.detach(), exact(x), input_desc=desc, rtol=1e-13, atol=1e-13,
                      what="value of F − f′ ∂F/∂f′", hint=hint)
-    return len(_BELTRAMI_CASES)
+    return len(cases)
