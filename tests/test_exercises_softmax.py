@@ -134,6 +134,13 @@ def guarded_library_lse(x):  # the learner swallows errors: the check must still
         return right_lse(x)
 
 
+def in_place_lse(x):  # right value, but shifts the caller's tensor in place
+    m = x.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    x.sub_(m)
+    return (m + torch.log(torch.exp(x).sum(dim=-1, keepdim=True))).squeeze(-1)
+
+
 @pytest.mark.parametrize("answer", [right_lse, right_lse_nan_to_num, right_lse_masked])
 def test_lse_accepts_right_answer(answer, capsys):
     assert check("softmax-stable-lse", answer)
@@ -166,6 +173,8 @@ def test_lse_accepts_right_answer(answer, capsys):
     (library_lse, r"calls a function of the book's library"),
     (library_softmax_lse, r"calls a function of the book's library"),
     (guarded_library_lse, r"calls a function of the book's library"),
+    # independent review: an answer that changes its input in place passed
+    (in_place_lse, r"x = \[1, 2, 3\] your function changed its argument 'x' in place"),
     (lambda x: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
@@ -273,6 +282,19 @@ def per_example_ce(logits, target):
     return lse - logits.gather(-1, target[:, None]).squeeze(-1)
 
 
+def in_place_ce(logits, target):  # right value, but shifts the caller's logits in place
+    m = logits.amax(dim=-1, keepdim=True)
+    logits -= m
+    lse = m.squeeze(-1) + torch.log(torch.exp(logits).sum(dim=-1))
+    return (lse - (logits + m).gather(-1, target[:, None]).squeeze(-1)).mean()
+
+
+def in_place_target_ce(logits, target):  # right value, but reshapes the caller's target
+    m = logits.amax(dim=-1, keepdim=True)
+    lse = m.squeeze(-1) + torch.log(torch.exp(logits - m).sum(dim=-1))
+    return (lse - logits.gather(-1, target.unsqueeze_(-1)).squeeze(-1)).mean()
+
+
 @pytest.mark.parametrize("answer", [right_ce, right_ce_log_probs])
 def test_ce_accepts_right_answer(answer, capsys):
     assert check("softmax-cross-entropy", answer)
@@ -297,6 +319,10 @@ def test_ce_accepts_right_answer(answer, capsys):
     (torch_ce, r"calls torch.nn.functional.cross_entropy, which this exercise forbids"),
     (log_softmax_ce, r"calls torch.log_softmax, which this exercise forbids"),
     (library_ce, r"calls a function of the book's library"),
+    # independent review: answers that change their inputs in place passed
+    (in_place_ce, r"logits = \[\[2, 1, 0.1\]\], target = \[0\] your function changed its "
+                  r"argument 'logits' in place"),
+    (in_place_target_ce, r"your function changed its argument 'target' in place"),
     (lambda logits, target: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])

@@ -95,6 +95,18 @@ def _call(func, *args, desc, forbid, reason):
     return result
 
 
+def _expect_unchanged(passed, original, name, desc):
+    """Fail if the learner's function changed its argument in place (``x.sub_(m)``,
+    ``x -= m``): the caller's tensor would then hold something else afterwards (independent
+    review: both checks accepted it, as they passed a copy and never looked at it again)."""
+    if not torch.equal(passed, original):
+        _fail(f"for input {desc} your function changed its argument '{name}' in place (an "
+              f"in-place operation such as {name}.sub_(...) or {name} -= ...): afterwards it "
+              f"holds {describe(passed)} instead of {describe(original)}.",
+              "use out-of-place operations (x - m, not x -= m or x.sub_(m)); a function should "
+              "not change the tensor its caller passed.")
+
+
 MAX_LAST = "the maximum is last"
 PER_ROW = "a batch of 3 rows, float64 (each row needs its own maximum)"
 
@@ -154,8 +166,10 @@ def _salted_lse_cases():
 def _check_stable_lse(stable_logsumexp):
     cases = LSE_CASES + _salted_lse_cases()
     for x, desc in cases:
-        got = _call(stable_logsumexp, x.clone(), desc=desc, forbid=_NO_LSE,
+        arg = x.clone()
+        got = _call(stable_logsumexp, arg, desc=desc, forbid=_NO_LSE,
                     reason=_NO_LSE_REASON)
+        _expect_unchanged(arg, x, "x", desc)
         expected = logsumexp(x)
         if isinstance(got, torch.Tensor) and bool(torch.isnan(got).any()):
             expect_true(False, f"for input {desc} your result contains NaN: {got.tolist()}.",
@@ -208,8 +222,11 @@ def _check_cross_entropy(mean_cross_entropy):
         cases.append((huge, t, f"logits {describe(huge)} with -inf entries, target "
                                f"{describe(t)} {CE_PER_ROW}"))
     for logits, target, desc in cases:
-        got = _call(mean_cross_entropy, logits.clone(), target.clone(), desc=desc,
+        arg, arg_target = logits.clone(), target.clone()
+        got = _call(mean_cross_entropy, arg, arg_target, desc=desc,
                     forbid=_NO_CE, reason=_NO_CE_REASON)
+        _expect_unchanged(arg, logits, "logits", desc)
+        _expect_unchanged(arg_target, target, "target", desc)
         expected = cross_entropy(logits, target)
         if isinstance(got, torch.Tensor) and got.dim() > 0:
             expect_true(False, f"for input {desc} the result should be one number (the mean over "
