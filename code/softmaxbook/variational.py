@@ -166,11 +166,17 @@ def el_residual(F: Callable, f: Callable, x: torch.Tensor) -> torch.Tensor:
     Raises
     ------
     TypeError, ValueError
-        For a non-callable ``F`` or ``f``, a bad ``x``, an ``f`` or ``F`` that does not act
-        elementwise or fails when called, an ``f`` whose values carry no autograd gradient
-        (NumPy, ``.detach()``; a constant path is fine), or an ``f`` or ``F`` that is NaN or
-        infinite at one of the points (the message names the first; the brachistochrone's
-        start x = 0 is such a point).
+        For a non-callable ``F`` or ``f``, a bad ``x``, an ``f`` or ``F`` that does not return
+        the shape of ``x`` or fails when called, an ``f`` whose values carry no autograd
+        gradient (NumPy, ``.detach()``; a constant path is fine), or an ``f`` or ``F`` that is
+        NaN or infinite at one of the points (the message names the first; the
+        brachistochrone's start x = 0 is such a point).
+
+    Notes
+    -----
+    Only the shape is checked: a callable that keeps the shape but mixes entries (say
+    ``torch.cumsum(x, 0)`` as ``f``) is not caught, and its "residual" means nothing, since the
+    gradient of ``sum(f)`` is then not the vector of f′(x_i).
     """
     func = "el_residual"
     _check_callable(F, "F", func)
