@@ -256,6 +256,12 @@ def test_cycloid_time_and_curve():
     (dict(a="0"), TypeError, "argument 'a' must be a real number"),
     (dict(singular="left"), ValueError, "argument 'singular' must be one of"),
     (dict(dtype=torch.int64), TypeError, "argument 'dtype'"),
+    # independent review, fourth edition: half precision raised torch's bare
+    # "linalg_eigh_cpu not implemented for 'Half'"
+    (dict(dtype=torch.float16), TypeError, "argument 'dtype' must be torch.float64 or "
+                                           "torch.float32"),
+    (dict(dtype=torch.bfloat16), TypeError, "argument 'dtype' must be torch.float64 or "
+                                            "torch.float32"),
     (dict(F=3), TypeError, "argument 'F' must be a callable"),
     (dict(init=lambda x: x[:-1]), ValueError, "argument 'init' must act elementwise"),
     (dict(max_iter=0), ValueError, "argument 'max_iter' must be >= 1"),

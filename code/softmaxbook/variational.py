@@ -478,7 +478,8 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
         ``init(x) -> tensor`` the starting path on the grid; its end values are replaced by
         fa, fb. Default: the straight line.
     dtype : torch.dtype
-        Floating dtype of the computation (default float64).
+        ``torch.float64`` (default) or ``torch.float32``: the dtype of the computation (the
+        preconditioner's eigendecomposition has no half-precision kernel).
     max_iter, history, gtol, ftol
         L-BFGS iteration limit, memory, gradient tolerance (max-norm, preconditioned
         coordinates) and relative decrease of J below which three steps in a row stop it.
@@ -510,6 +511,11 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
     singular = _check_singular(singular, func)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"{func}: argument 'dtype' must be a floating torch.dtype, got {dtype!r}")
+    if dtype not in (torch.float32, torch.float64):
+        # torch.linalg.eigh (the preconditioner) has no float16/bfloat16 kernel: say so here
+        # rather than with torch's "linalg_eigh_cpu not implemented for 'Half'"
+        raise TypeError(f"{func}: argument 'dtype' must be torch.float64 or torch.float32, got "
+                        f"{dtype!r}")
     if init is not None:
         _check_callable(init, "init", func)
     max_iter = check_int(max_iter, "max_iter", func, minimum=1)
