@@ -186,3 +186,15 @@ def test_train_seqgan_and_discriminator_bad_input():
             train_seqgan(gen, disc, oracle, data, data, **{name: 0})
     with pytest.raises(ValueError, match="argument 'batch_size'"):
         train_discriminator(disc, data, data, batch_size=0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(n=0, length=3), "argument 'n' must be >= 1"),
+    (dict(n=4, length=0), "argument 'length' must be >= 1"),
+    (dict(n=4, length=3, temperature=-1.0), "argument 'temperature' must be > 0"),
+])
+def test_oracle_nll_names_its_own_arguments(kwargs, message):
+    # independent review: these errors were reported as SequenceModel.sample's
+    oracle = random_oracle(3, 8, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=rf"^oracle_nll: {message}"):
+        oracle_nll(oracle, oracle, **kwargs)

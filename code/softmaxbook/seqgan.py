@@ -178,7 +178,13 @@ def oracle_nll(oracle: SequenceModel, model: SequenceModel, n: int, length: int,
                temperature: float = 1.0, generator=None) -> float:
     """Yu et al.'s quality measure: ``-E_{y ~ model}[log p_oracle(y)] / 1`` per sequence,
     estimated from ``n`` samples of ``model`` at ``temperature`` (lower is better)."""
-    _check_models("oracle_nll", oracle=oracle, model=model)
+    func = "oracle_nll"
+    _check_models(func, oracle=oracle, model=model)
+    # checked here, so that a bad argument is named as oracle_nll's (it was reported as
+    # SequenceModel.sample's, a function the caller never called)
+    n = check_int(n, "n", func, minimum=1)
+    length = check_int(length, "length", func, minimum=1)
+    temperature = check_positive_number(temperature, "temperature", func)
     y = model.sample(n, length, temperature=temperature, generator=generator)
     return float(-oracle.log_prob(y).double().mean())
 
