@@ -341,11 +341,49 @@ def grad_float32(alpha, beta, choices, rewards):  # the recursion in float32 ten
     return float(g)
 
 
+def _complex_log_lik(alpha, beta, choices, rewards, exp, log):
+    V, ll = [0.0, 0.0], 0.0
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        x = beta * (V[1] - V[0]) * (1 if c else -1)
+        ll = ll - log(1 + exp(-x))
+        V[c] = V[c] + alpha * (r - V[c])
+    return ll
+
+
+def grad_complex_step(alpha, beta, choices, rewards):  # the review's leak: exact to rounding
+    import cmath
+    return (_complex_log_lik(alpha + 1e-30j, beta, choices, rewards, cmath.exp, cmath.log).imag
+            / 1e-30)
+
+
+def grad_complex_step_numpy(alpha, beta, choices, rewards):  # the same with NumPy's ufuncs
+    import numpy as np
+    return float(np.imag(_complex_log_lik(alpha + 1e-30j, beta, choices, rewards, np.exp,
+                                          np.log)) / 1e-30)
+
+
+def grad_complex_step_torch(alpha, beta, choices, rewards):  # and with complex tensors
+    a = torch.tensor(alpha + 1e-30j, dtype=torch.complex128)
+    return float(_complex_log_lik(a, beta, choices, rewards, torch.exp, torch.log).imag / 1e-30)
+
+
+def right_grad_numpy(alpha, beta, choices, rewards):  # real NumPy arithmetic is fine
+    import numpy as np
+    V, Dk, g = np.zeros(2), np.zeros(2), 0.0
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = 1 / (1 + np.exp(-beta * (V[1] - V[0])))
+        g += beta * (c - p) * (Dk[1] - Dk[0])
+        Dk[c] = r - V[c] + (1 - alpha) * Dk[c]
+        V[c] += alpha * (r - V[c])
+    return float(g)
+
+
 def test_grad_accepts_right_answers(capsys):
     assert check("choice-grad-alpha", right_grad)
     assert check("choice-grad-alpha", grad_tensor)
     assert check("choice-grad-alpha", right_grad_separate)
     assert check("choice-grad-alpha", right_grad_torch64)
+    assert check("choice-grad-alpha", right_grad_numpy)
     printed = " ".join(capsys.readouterr().out.split())  # check() wraps its line
     assert "correct on 8 test cases" in printed
 
@@ -366,6 +404,11 @@ def test_grad_accepts_right_answers(capsys):
     (grad_central_difference_1e5, r"your ∂ℓ/∂α is .* off by .*finite difference"),
     (grad_richardson, r"your ∂ℓ/∂α is .* off by .*finite difference"),
     (grad_float32, r"alpha=0.3, beta=3.0, 40 trials your ∂ℓ/∂α is .* off by .*float32"),
+    # independent review: a complex-step derivative is exact to rounding and passed
+    (grad_complex_step, r"40 trials your function calls complex arithmetic \(a complex-step "
+                        r"derivative\), which this exercise forbids"),
+    (grad_complex_step_numpy, r"calls complex arithmetic \(a complex-step derivative\)"),
+    (grad_complex_step_torch, r"calls complex arithmetic \(a complex-step derivative\)"),
     (lambda a, b, c, r: torch.zeros(2), "should be one number"),
     (lambda a, b, c, r: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),

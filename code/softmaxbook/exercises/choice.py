@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import cmath
 import math
-from contextlib import contextmanager
+import sys
+from contextlib import ExitStack, contextmanager
+from unittest import mock
 
+import numpy as np
 import torch
 
 from softmaxbook import choice as _choice
@@ -33,6 +37,59 @@ _AUTOGRAD = {torch.autograd.grad: "torch.autograd.grad",
              torch.Tensor.backward: "Tensor.backward (autograd)",
              torch._make_dual: "forward-mode autodiff (torch.func.jvp / forward_ad)",
              torch._unpack_dual: "forward-mode autodiff (torch.func.jvp / forward_ad)"}
+
+
+# A complex-step derivative, Im ℓ(α + ih) / h, is a numerical derivative exact to rounding: no
+# tolerance tells it from the recursion (independent review: it passed at 1e-13). It needs
+# complex arithmetic, which the recursion never does, so complex numbers are refused where they
+# can be seen: cmath's functions (a profile hook sees them however they were imported), NumPy's
+# exp/log family returning complex values, and any torch call that makes or takes a complex
+# tensor.
+_COMPLEX = "complex arithmetic (a complex-step derivative)"
+_NUMPY_COMPLEX = ("exp", "log", "log1p", "expm1", "sqrt", "power")
+
+
+class _NoComplexTorch(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        values = list(args) + list(kwargs.values())
+        if any((isinstance(v, torch.Tensor) and v.is_complex()) or isinstance(v, complex)
+               or (isinstance(v, torch.dtype) and v.is_complex) for v in values):
+            raise _ForbiddenCall(_COMPLEX)
+        out = func(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and out.is_complex():
+            raise _ForbiddenCall(_COMPLEX)
+        return out
+
+
+def _numpy_real_only(name):
+    ufunc = getattr(np, name)
+
+    def real_only(*args, **kwargs):
+        out = ufunc(*args, **kwargs)
+        if np.iscomplexobj(out):
+            raise _ForbiddenCall(_COMPLEX)
+        return out
+    return real_only
+
+
+@contextmanager
+def _complex_forbidden():
+    """While active, complex arithmetic through cmath, NumPy's exp/log family or torch raises."""
+    def hook(frame, event, arg):
+        if event == "c_call" and getattr(arg, "__module__", None) == "cmath":
+            raise _ForbiddenCall(_COMPLEX)
+
+    old = sys.getprofile()
+    with ExitStack() as stack:
+        for name in _NUMPY_COMPLEX:
+            stack.enter_context(mock.patch.object(np, name, _numpy_real_only(name)))
+        stack.enter_context(_NoComplexTorch())
+        sys.setprofile(hook)
+        try:
+            yield
+        finally:
+            sys.setprofile(old)
 
 
 @contextmanager
@@ -156,12 +213,12 @@ def _check_grad_alpha(grad_alpha):
         want = rw_gradient(torch.tensor([alpha], dtype=D), torch.tensor([beta], dtype=D),
                            c[None], r[None])[0][0]
         _, size = _grad_alpha_terms(alpha, beta, c, r)
-        with _package_forbidden():
+        with _package_forbidden(), _complex_forbidden():
             got = call(grad_alpha, alpha, beta, c.clone(), r.clone(), input_desc=desc,
                        forbid=_AUTOGRAD,
                        forbid_reason="The exercise asks for the forward sensitivity "
-                                     "recursion, written by hand in one loop (no autograd, no "
-                                     "package function).")
+                                     "recursion, written by hand in one loop (no autograd, "
+                                     "no package function, no numerical derivative).")
         if isinstance(got, torch.Tensor):
             expect_true(got.numel() == 1, f"for input {desc} the result should be one number "
                         f"(a float or a 0-d tensor), got shape {tuple(got.shape)}.")
