@@ -229,6 +229,17 @@ def test_nce_loss_matches_direct_formula():
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
 
 
+def test_nce_posterior_and_skipgram_refuse_what_their_siblings_refuse():
+    # independent review, fourth edition: nce_posterior took log q > 0 (q > 1) that nce_loss
+    # refuses, and skipgram_pairs took a bool tensor as word ids
+    with pytest.raises(ValueError, match="^nce_posterior: argument 'log_q' holds "
+                                         "log-probabilities"):
+        nce_posterior(torch.tensor([1.0]), torch.tensor([0.5]), 2)
+    from softmaxbook.nce import skipgram_pairs
+    with pytest.raises(TypeError, match="^skipgram_pairs: argument 'ids'"):
+        skipgram_pairs(torch.tensor([True, False, True]), 1)
+
+
 def test_nce_posterior_is_u_over_u_plus_kq():
     s = torch.tensor([-2.0, 0.0, 3.0], **f64)
     q = torch.tensor([0.01, 0.2, 0.05], **f64)

@@ -366,6 +366,9 @@ def nce_posterior(scores: torch.Tensor, log_q: torch.Tensor, k: int) -> torch.Te
     check_finite(scores, "scores", func)
     log_q = as_float_tensor(log_q, "log_q", func)
     check_finite(log_q, "log_q", func)
+    if bool((log_q > 1e-6).any()):  # as nce_loss: q > 1 is not a probability
+        raise ValueError(f"{func}: argument 'log_q' holds log-probabilities, which are <= 0; "
+                         f"got max {log_q.max().item():.4g} (did you pass q instead of log q?)")
     k = check_int(k, "k", func, minimum=1)
     return torch.sigmoid(scores - (log_q + math.log(k)))
 
@@ -751,7 +754,8 @@ def skipgram_pairs(ids: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.
     (word2vec also shrinks the window at random per position; we keep it fixed.)
     """
     func = "skipgram_pairs"
-    if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.dim() != 1:
+    if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex() \
+            or ids.dtype == torch.bool or ids.dim() != 1:
         raise TypeError(f"{func}: argument 'ids' must be a 1-D integer tensor, got "
                         f"{getattr(ids, 'dtype', type(ids).__name__)}")
     window = check_int(window, "window", func, minimum=1)
