@@ -136,6 +136,17 @@ def values_start_half(alpha, choices, rewards):  # starts from 0.5 instead of 0
     return torch.stack(out)
 
 
+def values_errors_in_place(alpha, choices, rewards):  # right values; rewards overwritten
+    V = torch.zeros(2, dtype=D)
+    out = []
+    for t in range(len(choices)):
+        out.append(V.clone())
+        c = int(choices[t])
+        rewards[t] -= V[c]  # the prediction error, stored over the caller's reward
+        V[c] += alpha * rewards[t]
+    return torch.stack(out)
+
+
 def test_values_accepts_right_answer(capsys):
     assert check("choice-values", right_values)
     assert check("choice-values", right_values_preallocated)
@@ -159,6 +170,9 @@ def test_values_accepts_right_answer(capsys):
     (values_no_clone, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected values"),
     (values_transposed, r"should have shape \(40, 2\), got \(2, 40\)"),
     (values_start_half, r"for input alpha=0.3, beta=3.0, 40 trials\n  expected values"),
+    # independent review: an answer that overwrote the caller's rewards passed
+    (values_errors_in_place, r"40 trials your function changed its argument 'rewards' in "
+                             r"place"),
     (lambda a, c, r: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
@@ -378,6 +392,18 @@ def right_grad_numpy(alpha, beta, choices, rewards):  # real NumPy arithmetic is
     return float(g)
 
 
+def grad_choices_in_place(alpha, beta, choices, rewards):  # right value; choices recoded
+    choices.mul_(2).sub_(1)  # +-1 instead of 0/1, in the caller's tensor
+    V, Dk, g = [0.0, 0.0], [0.0, 0.0], 0.0
+    for s, r in zip(choices.tolist(), rewards.tolist()):
+        c = (s + 1) // 2
+        p = 1 / (1 + math.exp(-beta * (V[1] - V[0])))
+        g += beta * (c - p) * (Dk[1] - Dk[0])
+        Dk[c] = r - V[c] + (1 - alpha) * Dk[c]
+        V[c] += alpha * (r - V[c])
+    return g
+
+
 def test_grad_accepts_right_answers(capsys):
     assert check("choice-grad-alpha", right_grad)
     assert check("choice-grad-alpha", grad_tensor)
@@ -409,6 +435,7 @@ def test_grad_accepts_right_answers(capsys):
                         r"derivative\), which this exercise forbids"),
     (grad_complex_step_numpy, r"calls complex arithmetic \(a complex-step derivative\)"),
     (grad_complex_step_torch, r"calls complex arithmetic \(a complex-step derivative\)"),
+    (grad_choices_in_place, r"40 trials your function changed its argument 'choices' in place"),
     (lambda a, b, c, r: torch.zeros(2), "should be one number"),
     (lambda a, b, c, r: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),

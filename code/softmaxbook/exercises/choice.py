@@ -111,6 +111,19 @@ def _package_forbidden():
             setattr(_choice, name, func)
 
 
+def _expect_unchanged(passed, originals, desc):
+    """Fail if the learner's function changed ``choices`` or ``rewards`` in place: the check
+    passes copies, and used to accept a function that, say, rescaled the caller's rewards
+    (independent review)."""
+    for name, got, want in zip(("choices", "rewards"), passed, originals):
+        expect_true(torch.equal(got, want),
+                    f"for input {desc} your function changed its argument '{name}' in place "
+                    "(an in-place operation such as .mul_(...), += or an assignment to "
+                    f"{name}[t]): a function should not change the data its caller passed.",
+                    hint="read the inputs, and keep what you compute in tensors or lists of "
+                         "your own.")
+
+
 def _cases():
     """(alpha, beta, choices, rewards) for one participant: 1-D tensors of length T."""
     # fixed test inputs in a notebook, not a chapter's draws; under the grader they change
@@ -173,8 +186,10 @@ def _check_values(values_before):
     for alpha, _, c, r, desc in cases:
         want = rw_values(torch.tensor([alpha], dtype=D), c[None], r[None])[0]
         with _package_forbidden():
-            got = call(values_before, alpha, c.clone(), r.clone(), input_desc=desc,
+            passed = (c.clone(), r.clone())
+            got = call(values_before, alpha, *passed, input_desc=desc,
                        forbid_reason=_NO_PACKAGE)
+        _expect_unchanged(passed, (c, r), desc)
         if isinstance(got, torch.Tensor) and got.shape == want.shape and got.is_floating_point():
             expect_true(got.dtype == D,
                         f"for input {desc} your values have dtype {got.dtype}; the task asks for "
@@ -214,11 +229,13 @@ def _check_grad_alpha(grad_alpha):
                            c[None], r[None])[0][0]
         _, size = _grad_alpha_terms(alpha, beta, c, r)
         with _package_forbidden(), _complex_forbidden():
-            got = call(grad_alpha, alpha, beta, c.clone(), r.clone(), input_desc=desc,
+            passed = (c.clone(), r.clone())
+            got = call(grad_alpha, alpha, beta, *passed, input_desc=desc,
                        forbid=_AUTOGRAD,
                        forbid_reason="The exercise asks for the forward sensitivity "
                                      "recursion, written by hand in one loop (no autograd, "
                                      "no package function, no numerical derivative).")
+        _expect_unchanged(passed, (c, r), desc)
         if isinstance(got, torch.Tensor):
             expect_true(got.numel() == 1, f"for input {desc} the result should be one number "
                         f"(a float or a 0-d tensor), got shape {tuple(got.shape)}.")
