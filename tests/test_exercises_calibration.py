@@ -207,6 +207,12 @@ def missing_last_bin_ece(probs, labels, n_bins):
                - conf[idx == m].mean()).abs() for m in range(n_bins) if (idx == m).any())
 
 
+def in_place_ece(probs, labels, n_bins):  # sorts the caller's probabilities in place
+    value = right_ece(probs.clone(), labels, n_bins)
+    probs[:] = probs.sort(1, descending=True).values
+    return value
+
+
 @pytest.mark.parametrize("answer, message", [
     (unweighted_ece, "(?s)for input 400 random rows.*share of all examples"),
     (left_closed_ece, "(?s)for input confidences on the bin edges.*closed on the right"),
@@ -223,6 +229,8 @@ def missing_last_bin_ece(probs, labels, n_bins):
     (missing_last_bin_ece, "for input 400 random rows"),
     (lambda p, y, m: float("nan"), "(?s)for input 400 random rows.*not a finite"),
     (lambda p, y, m: torch.zeros(2), "(?s)for input 400 random rows.*one number"),
+    # independent review: right values, but the caller's tensors changed in place
+    (in_place_ece, "(?s)for input 400 random rows.*changed its argument 'probs' in place"),
     (lambda p, y, m: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
@@ -319,6 +327,9 @@ def test_kl_accepts_right_answers_written_differently(answer):
     (lambda z: right_kl(z.double()), "(?s)for input float32 logits.*changed precision"),
     # NumPy instead of torch
     (lambda z: right_kl(z).numpy(), "(?s)for input logits .*torch tensor.*ndarray"),
+    # independent review: the shift by the row maximum done in the caller's logits
+    (lambda z: right_kl(z.sub_(z.amax(1, keepdim=True))),
+     "(?s)for input logits.*changed its argument 'logits' in place"),
 ])
 def test_kl_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
@@ -415,6 +426,9 @@ def test_fpr95_accepts_right_answers_written_differently(answer):
     (lambda a, b: (b >= torch.sort(a).values[math.ceil(0.95 * len(a) - 1e-9) - 1]
                    ).double().mean(), "for input scores_in = 1, 2, ..., 20"),
     (lambda a, b: [0.8, 0.2], "(?s)for input scores_in = 1, 2, ..., 20.*one number"),
+    # independent review: sorts the caller's scores in place
+    (lambda a, b: right_fpr95(a.copy_(torch.sort(a, descending=True).values), b),
+     "(?s)for input scores_in = 1, 2, ..., 20.*changed its argument 'scores_in' in place"),
     (lambda a, b: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])

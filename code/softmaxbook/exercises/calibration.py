@@ -115,6 +115,18 @@ def _expect_number(got: float, expected: float, *, input_desc: str, what: str,
                 f"  (difference {got - expected:+.3g}).", hint)
 
 
+def _expect_unchanged(passed, originals, names, input_desc):
+    """Fail if the learner's function changed one of its tensor arguments in place: the check
+    passes copies, and used to accept, say, logits shifted in place (independent review)."""
+    for name, got, want in zip(names, passed, originals):
+        expect_true(isinstance(got, torch.Tensor) and got.shape == want.shape
+                    and bool(((got == want) | (got.isnan() & want.isnan())).all()),
+                    f"for input {input_desc} your function changed its argument '{name}' in "
+                    f"place (an in-place operation such as {name} -= ... or {name}.div_(...)): "
+                    "a function should not change the tensors its caller passed.",
+                    hint="use out-of-place operations (x = x - m, not x -= m).")
+
+
 def _reference_ece(probs, labels, n_bins):
     return _cal.expected_calibration_error(probs, labels, n_bins).item()
 
@@ -174,12 +186,14 @@ def _check_ece(ece):
     own = {_cal.expected_calibration_error: "expected_calibration_error",
            _cal.reliability_bins: "reliability_bins", _cal._reliability: "_reliability"}
     for desc, probs, labels, n_bins in cases:
+        passed = (probs.clone(), labels.clone())
         got = _run_watched(
-            ece, (probs.clone(), labels.clone(), n_bins), input_desc=desc,
+            ece, (*passed, n_bins), input_desc=desc,
             targets=lambda: _library_calls(own, _ECE_LIBRARY),
             shown=lambda name: (f"softmaxbook.calibration.{name}" if name in own.values()
                                 else "torchmetrics' calibration error"),
             task="calibration error")
+        _expect_unchanged(passed, (probs, labels), ("probs", "labels"), desc)
         got = _number(got, input_desc=desc, what="ECE")
         expected = _reference_ece(probs, labels, n_bins)
         hint = ("for each bin: the share of all examples in it times |accuracy - mean "
@@ -221,9 +235,11 @@ def _check_kl_uniform(kl):
         cases.append((f"float32 logits {describe(huge[:1].float() / 6)}", huge[:1].float() / 6))
     own = {_cal.kl_uniform: "kl_uniform", _cal.confidence_loss: "confidence_loss"}
     for desc, logits in cases:
-        got = _run_watched(kl, (logits.clone(),), input_desc=desc, targets=lambda: list(own),
+        passed = (logits.clone(),)
+        got = _run_watched(kl, passed, input_desc=desc, targets=lambda: list(own),
                            shown=lambda name: f"softmaxbook.calibration.{name}",
                            task="KL(U || p)")
+        _expect_unchanged(passed, (logits,), ("logits",), desc)
         expected = _cal.kl_uniform(logits)
         hint = ("KL(U || p) = sum_k (1/K) log((1/K) / p_k): the expectation is under the "
                 "uniform U, and log p comes from log_softmax.")
@@ -297,12 +313,14 @@ def _check_fpr95(fpr95):
     own = {_cal.ood_metrics: "ood_metrics", _cal._metrics_one_way: "_metrics_one_way",
            _cal._curve: "_curve"}
     for desc, s_in, s_out in cases:
+        passed = (s_in.clone(), s_out.clone())
         got = _run_watched(
-            fpr95, (s_in.clone(), s_out.clone()), input_desc=desc,
+            fpr95, passed, input_desc=desc,
             targets=lambda: _library_calls(own, _ROC_LIBRARY),
             shown=lambda name: (f"softmaxbook.calibration.{name}" if name in own.values()
                                 else f"scikit-learn's {name.lstrip('_')}"),
             task="ROC curve")
+        _expect_unchanged(passed, (s_in, s_out), ("scores_in", "scores_out"), desc)
         got = _number(got, input_desc=desc, what="FPR")
         expected = _cal.ood_metrics(s_in, s_out)["fpr_at_95_tpr"]
         swapped = _cal.ood_metrics(s_in, s_out, positive="out")["fpr_at_95_tpr"]
