@@ -938,3 +938,46 @@ def test_torch_func_vmap_still_validates_values():
         tf.vmap(sigmoid)(torch.tensor([[0.0, 1.0], [float("nan"), 0.0]]))
     with pytest.raises(ValueError, match="^logit: argument 'p' must lie in"):
         tf.vmap(logit)(torch.tensor([[0.5], [1.5]]))
+
+
+def test_without_the_private_functorch_helpers_everything_still_works(monkeypatch):
+    # softmax._plain unwraps torch.func's tensors with private torch._C._functorch functions. A
+    # torch without them is simulated: results are unchanged, checks outside torch.func still
+    # raise, and inside vmap (where a value cannot be read) the value checks are skipped.
+    import softmaxbook.softmax as sm
+    from softmaxbook.gumbel import gumbel_softmax, log1mexp
+
+    x = torch.tensor([[0.0, 1.0, -INF], [2.0, -1.0, 0.5]], dtype=torch.float64)
+    with_helpers = tf.vmap(softmax)(x), tf.vmap(tf.grad(lambda a: logsumexp(a)))(x)
+    g1 = tf.vmap(lambda a: gumbel_softmax(a, 0.5, generator=torch.Generator().manual_seed(3)),
+                 randomness="same")(x)
+    with monkeypatch.context() as m:  # a torch that lacks one of them is noticed
+        m.delattr(torch._C._functorch, "get_unwrapped")
+        assert sm._functorch_helpers() is None
+    assert sm._functorch_helpers() is sm._FUNCTORCH is not None
+    monkeypatch.setattr(sm, "_FUNCTORCH", None)
+    torch.testing.assert_close(tf.vmap(softmax)(x), with_helpers[0], rtol=0, atol=0)
+    torch.testing.assert_close(tf.vmap(tf.grad(lambda a: logsumexp(a)))(x), with_helpers[1],
+                               rtol=0, atol=0)
+    g2 = tf.vmap(lambda a: gumbel_softmax(a, 0.5, generator=torch.Generator().manual_seed(3)),
+                 randomness="same")(x)
+    torch.testing.assert_close(g2, g1, rtol=0, atol=0)
+    # outside torch.func the checks run as before
+    with pytest.raises(ValueError, match="^softmax: argument 'x' contains NaN"):
+        softmax(torch.tensor([0.0, float("nan")]))
+    with pytest.raises(ValueError, match="^logit: argument 'p' must lie in"):
+        logit(torch.tensor([1.5]))
+    with pytest.raises(ValueError, match="^log1mexp: argument 'x' must be <= 0"):
+        log1mexp(torch.tensor([0.5]))
+    # inside vmap a batched value cannot be read: the check is skipped, not a crash (NaN in,
+    # NaN out); softmax's own check still runs there (its autograd Function sees plain tensors)
+    out = tf.vmap(sigmoid)(torch.tensor([[0.0, 1.0], [float("nan"), 0.0]]))
+    assert torch.isnan(out[1, 0]) and torch.isfinite(out[0]).all()
+    out = tf.vmap(logit)(torch.tensor([[0.5], [1.5]]))
+    assert out[0].item() == 0.0 and torch.isnan(out[1]).all()
+    assert torch.isnan(tf.vmap(log1mexp)(torch.tensor([[-1.0], [0.5]]))[1]).all()
+    with pytest.raises(ValueError, match="^softmax: argument 'x' contains NaN"):
+        tf.vmap(softmax)(torch.tensor([[0.0, 1.0], [float("nan"), 0.0]]))
+    # an error that is not torch.func's refusal still propagates
+    with pytest.raises(RuntimeError, match="boom"):
+        sm._on_plain(lambda t: (_ for _ in ()).throw(RuntimeError("boom")))(x)

@@ -47,7 +47,7 @@ from softmaxbook._validate import (
     check_no_posinf,
     check_positive_number,
 )
-from softmaxbook.softmax import _on_plain, _plain, _wrapped
+from softmaxbook.softmax import _any, _on_plain, _plain, _wrapped
 from softmaxbook.softmax import logsumexp as _lse
 
 # Value checks look through torch.func's wrappers, so that the functions work under vmap.
@@ -220,7 +220,7 @@ def log1mexp(x: torch.Tensor) -> torch.Tensor:
     func = "log1mexp"
     as_float_tensor(x, "x", func, allow_empty=True)
     check_no_nan(x, "x", func)
-    if bool(_plain(x > 0).any()):
+    if _any(x > 0):
         raise ValueError(f"{func}: argument 'x' must be <= 0 everywhere, got max "
                          f"{_plain(x).max().item()}")
     return _log1mexp(x)
@@ -382,7 +382,7 @@ def gumbel_with_max(loc: torch.Tensor, maximum: torch.Tensor, *, generator=None,
     z = g.amax(dim=-1, keepdim=True)
     t_dead = t == -math.inf
     bad = _plain((z == -math.inf) & ~t_dead)
-    if bool(bad.any()):
+    if _any(bad):
         row = tuple(bad.squeeze(-1).nonzero()[0].tolist()) if bad.dim() > 1 else ()
         raise ValueError(
             f"{func}: argument 'loc' has a row with no possible item (all -inf) at batch index "
@@ -464,7 +464,7 @@ def _explain_bad_rows(logits: torch.Tensor, func: str, k: int | None = None) -> 
     logits = _plain(logits)
     possible = (logits > -math.inf).sum(-1)
     short = possible < (1 if k is None else k)
-    if bool(short.any()):
+    if _any(short):
         row = tuple(short.nonzero()[0].tolist()) if short.dim() >= 1 else ()
         where = f"the row at batch index {row} of 'logits'" if row else "'logits'"
         if k is None:
@@ -484,7 +484,7 @@ def _check_top_values(values: torch.Tensor, logits: torch.Tensor, func: str,
     # torch.max/topk put NaN first and +inf is the largest value, so the k top perturbed values of
     # a row are all finite iff the row has no NaN, no +inf and at least k finite logits. Checking
     # these k values instead of the whole input keeps validation off the hot path.
-    if not bool(_plain(torch.isfinite(values)).all()):
+    if _any(~torch.isfinite(values)):
         _explain_bad_rows(logits, func, k)
 
 
@@ -605,7 +605,7 @@ def gumbel_softmax(logits: torch.Tensor, tau, *, hard: bool = False, dim: int = 
     # overflow (|logits + G| / tau near the dtype's largest number); torch.softmax shifts too.
     if tau_tensor is not None or (
             tau_value < 1.0 and top.numel() > 0
-            and float(_plain(top).abs().max()) > tau_value * torch.finfo(work).max * 1e-6):
+            and _any(top.abs() > tau_value * torch.finfo(work).max * 1e-6, unreadable=True)):
         z = perturbed - top if grad else perturbed.sub_(top)
     else:
         z = perturbed
@@ -723,7 +723,7 @@ def plackett_luce_log_prob(logits: torch.Tensor, ordered: torch.Tensor) -> torch
         raise ValueError(
             f"{func}: argument 'ordered' has k={k} draws per row; it needs 1 <= k <= n={n}"
         )
-    if bool(_plain((ordered < 0) | (ordered >= n)).any()):
+    if _any((ordered < 0) | (ordered >= n)):
         raise ValueError(
             f"{func}: argument 'ordered' has an index outside [0, {n}) "
             f"(min {_plain(ordered).min().item()}, max {_plain(ordered).max().item()})"
@@ -737,7 +737,7 @@ def plackett_luce_log_prob(logits: torch.Tensor, ordered: torch.Tensor) -> torch
         ) from None
     idx = ordered.long().expand(*batch, k)
     srt = idx.sort(dim=-1).values
-    if k > 1 and bool(_plain(srt[..., 1:] == srt[..., :-1]).any()):
+    if k > 1 and _any(srt[..., 1:] == srt[..., :-1]):
         raise ValueError(f"{func}: argument 'ordered' repeats an index within a row; draws without "
                          "replacement are distinct")
     lg = logits.expand(*batch, n)

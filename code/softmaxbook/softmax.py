@@ -100,30 +100,72 @@ _LN2 = math.log(2.0)
 # Argument handling shared by the public functions
 # --------------------------------------------------------------------------------------------
 
+# _plain sees through torch.func's wrappers with three functions of torch._C._functorch. They
+# are private (present in every torch since 2.0, but with no promise): where a torch lacks them,
+# the package still works. _plain is then the identity, _wrapped says "maybe" (True: the out-of-
+# place path, always correct), and a value check that meets a vmap'ed tensor, whose value Python
+# cannot read ("data-dependent control flow"), is skipped instead of failing the call. Outside
+# torch.func every check runs as before. Tested by simulating their absence (tests/test_softmax.py).
+_FUNCTORCH_NAMES = ("is_functorch_wrapped_tensor", "is_batchedtensor", "get_unwrapped")
+
+
+def _functorch_helpers():
+    f = getattr(torch._C, "_functorch", None)
+    return f if f is not None and all(hasattr(f, n) for n in _FUNCTORCH_NAMES) else None
+
+
+_FUNCTORCH = _functorch_helpers()
+
+
 def _plain(x: torch.Tensor) -> torch.Tensor:
     """The tensor under torch.func's wrappers (vmap's batched tensor, grad's tracking tensor).
 
     Checks of values (NaN, +inf, a range) need data-dependent control flow, which ``vmap``
     forbids on its batched tensors; on the underlying tensor, the whole batch at once, they are
-    ordinary Python. Outside torch.func it is ``x`` itself."""
-    f = torch._C._functorch
+    ordinary Python. Outside torch.func it is ``x`` itself (also where torch lacks the helpers;
+    see ``_FUNCTORCH``)."""
+    f = _FUNCTORCH
+    if f is None:
+        return x
     while f.is_functorch_wrapped_tensor(x) or f.is_batchedtensor(x):
         x = f.get_unwrapped(x)
     return x
 
 
+def _unreadable(error: RuntimeError) -> bool:
+    """Whether ``error`` is torch.func refusing to give Python a batched tensor's value."""
+    return _FUNCTORCH is None and "data-dependent" in str(error)
+
+
+def _any(mask: torch.Tensor, unreadable: bool = False) -> bool:
+    """``bool(mask.any())`` on :func:`_plain` of ``mask``; ``unreadable`` where torch.func hides
+    the value and the helpers to unwrap it are missing (False for a check: it is skipped; True
+    where the answer picks the safe path)."""
+    try:
+        return bool(_plain(mask).any())
+    except RuntimeError as e:
+        if _unreadable(e):
+            return unreadable
+        raise
+
+
 def _on_plain(check):
     """A check from ``softmaxbook._validate`` applied to :func:`_plain` of its tensor."""
     def checked(x, *args, **kwargs):
-        return check(_plain(x), *args, **kwargs)
+        try:
+            return check(_plain(x), *args, **kwargs)
+        except RuntimeError as e:
+            if _unreadable(e):
+                return None  # inside vmap without the helpers: the check is skipped
+            raise
     checked.__name__ = check.__name__
     return checked
 
 
 def _wrapped(x: torch.Tensor) -> bool:
     """Whether ``x`` is a torch.func wrapper (then in-place updates of a plain buffer by ``x``
-    are not allowed: they must be written out of place)."""
-    return _plain(x) is not x
+    are not allowed: they must be written out of place). True where that cannot be known."""
+    return _FUNCTORCH is None or _plain(x) is not x
 
 
 check_no_nan = _on_plain(check_no_nan)
@@ -831,7 +873,7 @@ def logit(p: torch.Tensor) -> torch.Tensor:
     p = as_float_tensor(p, "p", func, allow_empty=True)
     check_no_nan(p, "p", func)
     bad = _plain((p < 0) | (p > 1))
-    if bool(bad.any()):
+    if _any(bad):
         idx = bad.nonzero()[0].tolist()
         raise ValueError(
             f"{func}: argument 'p' must lie in [0, 1], got {_plain(p)[tuple(idx)].item()} at "
