@@ -22,8 +22,8 @@ on a shared, busy machine.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import torch
 
@@ -33,23 +33,8 @@ from softmaxbook.beam import (
     stochastic_beam_search_reference,
 )
 
-
-def interleaved(fns: dict, repeats: int, warmup: int = 1) -> dict:
-    """Median and minimum seconds per call of each function, the functions run alternately.
-
-    The minimum is the less noisy of the two on a shared machine (other processes only ever add
-    time); both are printed.
-    """
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: (statistics.median(ts), min(ts)) for name, ts in times.items()}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import add_json_argument, interleaved, report  # noqa: E402
 
 
 class BigramTable:
@@ -113,6 +98,7 @@ def main(argv=None) -> list[tuple[str, float, float, float]]:
                         help="torch threads (2 by the book's convention; on a machine shared with "
                              "other busy processes, 1 avoids thread-pool stalls of milliseconds "
                              "per operation that swamp the comparison)")
+    add_json_argument(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.vocab, args.hidden, args.k, args.max_len, args.batch, args.repeats = 16, 32, 3, 5, 2, 2
@@ -162,6 +148,13 @@ def main(argv=None) -> list[tuple[str, float, float, float]]:
     for name, ours, peer in rows:
         print(f"{name:<{width}}  {ours[0] * 1e3:>10.2f}  {peer[0] * 1e3:>10.2f}  "
               f"{ours[0] / peer[0]:>7.3f}  {ours[1] / peer[1]:>15.3f}")
+    sbs = [r for r in rows if r[0].startswith("stochastic_beam_search / beam_search")]
+    report("bench_beam",
+           [dict(case=n, ours_s=o.median, peer_s=p.median, ratio=o.median / p.median,
+                 ratio_of_minima=o.minimum / p.minimum) for n, o, p in rows],
+           "stochastic / plain beam search " + ", ".join(
+               f"{r[0].split(', ', 1)[1]} {r[1].median / r[2].median:.2f}" for r in sbs),
+           args.json)
     return rows
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -34,16 +34,14 @@ from softmaxbook.calibration import (
     popular_temperature_recipe,
 )
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import add_json_argument, interleaved, report  # noqa: E402
 
-def timed(fn, repeats: int):
-    """(median seconds, last result) over ``repeats`` calls after one warm-up call."""
-    out = fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+
+def timed_pair(ours, peer, repeats: int):
+    """(ours' median s, ours' result, peer's median s, peer's result), run interleaved."""
+    t = interleaved({"ours": ours, "peer": peer}, repeats)
+    return t["ours"].median, t["ours"].result, t["peer"].median, t["peer"].result
 
 
 def logits_with_temperature(n, k, target, gen):
@@ -65,6 +63,7 @@ def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
     parser.add_argument("--repeats", type=int, default=3)
+    add_json_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     gen = torch.Generator().manual_seed(0)
@@ -77,7 +76,7 @@ def main(argv=None) -> list[dict]:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {repeats}")
     print(f"{'task':34s} {'ours ms':>9s} {'peer':22s} {'peer ms':>9s} {'ratio':>7s}  notes")
 
-    def report(task, t_ours, peer, t_peer, note):
+    def add(task, t_ours, peer, t_peer, note):
         ratio = t_ours / t_peer
         rows.append(dict(task=task, ours=t_ours, peer=peer, theirs=t_peer, ratio=ratio,
                          note=note))
@@ -86,13 +85,15 @@ def main(argv=None) -> list[dict]:
 
     for (n, k), target in zip(shapes, (2.5, 0.7)):
         z, y = logits_with_temperature(n, k, target, gen)
-        t_ours, t = timed(lambda: fit_temperature(z, y).item(), repeats)
-        t_rec, (t_r, _) = timed(lambda: popular_temperature_recipe(z, y), repeats)
-        t_sp, t_s = timed(lambda: scipy_fit(z, y), repeats)
+        t3 = interleaved({"ours": lambda: fit_temperature(z, y).item(),
+                          "recipe": lambda: popular_temperature_recipe(z, y),
+                          "scipy": lambda: scipy_fit(z, y)}, repeats)
+        (t_ours, t), (t_rec, (t_r, _)), (t_sp, t_s) = (
+            (t3[m].median, t3[m].result) for m in ("ours", "recipe", "scipy"))
         task = f"fit_temperature {n}x{k} T*={target}"
-        report(task, t_ours, "LBFGS recipe", t_rec,
-               f"|T-T*| ours {abs(t - target):.1e}, recipe {abs(t_r.item() - target):.2g}")
-        report(task, t_ours, "scipy minimize_scalar", t_sp,
+        add(task, t_ours, "LBFGS recipe", t_rec,
+            f"|T-T*| ours {abs(t - target):.1e}, recipe {abs(t_r.item() - target):.2g}")
+        add(task, t_ours, "scipy minimize_scalar", t_sp,
                f"|T-T*| scipy {abs(t_s - target):.1e}")
 
     from sklearn.metrics import average_precision_score, roc_auc_score
@@ -106,21 +107,23 @@ def main(argv=None) -> list[dict]:
         return (roc_auc_score(lab, s), average_precision_score(lab, s),
                 average_precision_score(1 - lab, -s))
 
-    t_ours, m = timed(lambda: ood_metrics(s_in, s_out), repeats)
-    t_sk, ref = timed(sk, repeats)
+    t_ours, m, t_sk, ref = timed_pair(lambda: ood_metrics(s_in, s_out), sk, repeats)
     same = max(abs(m["auroc"] - ref[0]), abs(m["aupr_in"] - ref[1]), abs(m["aupr_out"] - ref[2]))
-    report(f"ood_metrics {n_scores} scores", t_ours, "sklearn AUROC+2 AP", t_sk,
+    add(f"ood_metrics {n_scores} scores", t_ours, "sklearn AUROC+2 AP", t_sk,
            f"max |diff| {same:.1e} (ours also gives FPR@95, det. acc.)")
 
     from torchmetrics.functional.classification import multiclass_calibration_error
 
     probs = torch.softmax(3 * torch.randn(n_ece, 10, generator=gen), 1)
     labels = torch.randint(10, (n_ece,), generator=gen)
-    t_ours, e = timed(lambda: expected_calibration_error(probs, labels).item(), repeats)
-    t_tm, e_tm = timed(lambda: multiclass_calibration_error(probs, labels, 10, 15).item(),
-                       repeats)
-    report(f"ECE {n_ece}x10, 15 bins", t_ours, "torchmetrics", t_tm,
-           f"|diff| {abs(e - e_tm):.1e}")
+    t_ours, e, t_tm, e_tm = timed_pair(
+        lambda: expected_calibration_error(probs, labels).item(),
+        lambda: multiclass_calibration_error(probs, labels, 10, 15).item(), repeats)
+    add(f"ECE {n_ece}x10, 15 bins", t_ours, "torchmetrics", t_tm, f"|diff| {abs(e - e_tm):.1e}")
+    report("bench_calibration", rows, ", ".join(
+        f"{r['task'].split(' ')[0]} vs {r['peer']} {r['ratio']:.2f}" for r in rows
+        if not r["task"].startswith("fit_temperature") or r is rows[0] or r is rows[1]),
+        args.json)
     return rows
 
 

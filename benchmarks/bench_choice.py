@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 from scipy.optimize import minimize
 
 from softmaxbook.choice import _A_MAX, _B_MIN, _draw_starts, fit_rw, simulate_bandit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import add_json_argument, interleaved, report  # noqa: E402
 
 
 def nll(theta, choices, rewards):
@@ -90,7 +93,7 @@ def scipy_loop(choices, rewards, starts, beta_max, analytic):
     return best
 
 
-def main():
+def main(argv=None) -> list[tuple[str, float, float, float]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small, fast version")
     parser.add_argument("--participants", type=int, default=500)
@@ -99,7 +102,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=3, help="repeats of fit_rw (median)")
     parser.add_argument("--scipy-repeats", type=int, default=1,
                         help="repeats of each SciPy loop (median; each takes ~10–60 s)")
-    args = parser.parse_args()
+    add_json_argument(parser)
+    args = parser.parse_args(argv)
     if args.quick:
         args.participants, args.trials, args.starts, args.repeats = 20, 60, 2, 1
     torch.set_num_threads(2)
@@ -113,24 +117,19 @@ def main():
     starts = _draw_starts(S, K, g, "cpu", torch.float64)
 
     fit_rw(choices[:4], rewards[:4], starts=starts[:4], beta_max=beta_max)  # warm-up
-    times = []
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        fit = fit_rw(choices, rewards, starts=starts, beta_max=beta_max)
-        times.append(time.perf_counter() - t0)
-    t_ours = statistics.median(times)
+    # the SciPy loops take 10-60 s a run, so they are timed apart from fit_rw (not interleaved)
+    t = interleaved({"fit_rw": lambda: fit_rw(choices, rewards, starts=starts,
+                                              beta_max=beta_max)}, args.repeats, warmup=0)
+    t_ours, fit = t["fit_rw"].median, t["fit_rw"].result
     ll_ours = fit.log_likelihood.numpy()
 
     rows = [("fit_rw (batched Newton)", t_ours, 0.0, 0.0)]
     for name, analytic in (("scipy L-BFGS-B, numerical gradient", False),
                            ("scipy L-BFGS-B, analytic gradient", True)):
-        ts = []
-        for _ in range(args.scipy_repeats):
-            t0 = time.perf_counter()
-            ll = scipy_loop(choices, rewards, starts, beta_max, analytic)
-            ts.append(time.perf_counter() - t0)
-        diff = ll - ll_ours
-        rows.append((name, statistics.median(ts), float(np.abs(diff).max()), float(diff.max())))
+        t = interleaved({name: lambda: scipy_loop(choices, rewards, starts, beta_max, analytic)},
+                        args.scipy_repeats, warmup=0)[name]
+        diff = t.result - ll_ours
+        rows.append((name, t.median, float(np.abs(diff).max()), float(diff.max())))
 
     print(f"{S} participants × {T} trials, {K} starts each (same starts for all), "
           f"beta_max={beta_max}, torch threads=2; fit_rw median of {args.repeats}, "
@@ -140,6 +139,12 @@ def main():
           f"{'max (ℓ - ℓ_fit_rw)':>19}")
     for name, t, dmax, dpos in rows:
         print(f"{name:<38} {t:9.3f} {t / t_ours:14.1f} {dmax:10.2e} {dpos:19.2e}")
+    report("bench_choice", [dict(method=n, seconds=t, speedup=t / t_ours, max_abs_dll=d,
+                                 max_dll=p) for n, t, d, p in rows],
+           f"fit_rw {rows[2][1] / t_ours:.1f}x faster than SciPy L-BFGS-B with the analytic "
+           f"gradient ({rows[1][1] / t_ours:.1f}x: numerical), max |dl| {rows[2][2]:.1e}",
+           args.json)
+    return rows
 
 
 if __name__ == "__main__":

@@ -17,27 +17,16 @@ Run: ``.venv/bin/python benchmarks/bench_gumbel.py`` (256 x 100000, k = 100), or
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from softmaxbook.gumbel import gumbel_max, gumbel_softmax, gumbel_topk
 
-
-def interleaved(fns: dict, repeats: int, warmup: int = 2) -> dict:
-    """Median seconds per call of each function, the functions run alternately."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import add_json_argument, interleaved, report  # noqa: E402
 
 
 def main(argv=None) -> list[tuple[str, float, float, float]]:
@@ -47,6 +36,7 @@ def main(argv=None) -> list[tuple[str, float, float, float]]:
     parser.add_argument("--cols", type=int, default=100_000)
     parser.add_argument("--k", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=9)
+    add_json_argument(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.cols, args.k, args.repeats = 8, 1000, 10, 3
@@ -77,11 +67,16 @@ def main(argv=None) -> list[tuple[str, float, float, float]]:
     print(f"{'ours':30s} {'ms':>8s}   {'PyTorch':30s} {'ms':>8s}   {'ratio':>6s}")
     rows = []
     for ours_name, ours, theirs_name, theirs in pairs:
-        t = interleaved({"ours": ours, "theirs": theirs}, args.repeats)
+        t = {n: v.median for n, v in
+             interleaved({"ours": ours, "theirs": theirs}, args.repeats, warmup=2).items()}
         ratio = t["ours"] / t["theirs"]
         rows.append((f"{ours_name} / {theirs_name}", t["ours"], t["theirs"], ratio))
         print(f"{ours_name:30s} {1e3 * t['ours']:8.2f}   {theirs_name:30s} {1e3 * t['theirs']:8.2f}"
               f"   {ratio:6.2f}")
+    worst = max(rows, key=lambda r: r[3])
+    report("bench_gumbel", [dict(case=r[0], ours_s=r[1], peer_s=r[2], ratio=r[3]) for r in rows],
+           f"ours / PyTorch {min(r[3] for r in rows):.2f}-{worst[3]:.2f} over {len(rows)} cases "
+           f"(slowest: {worst[0]})", args.json)
     return rows
 
 

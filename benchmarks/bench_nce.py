@@ -69,8 +69,10 @@ import argparse
 import math
 import os
 import statistics
+import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import scipy.stats
@@ -81,19 +83,13 @@ from softmaxbook.nce import (AliasSampler, ContextModel, build_vocabulary, nce_l
                              skipgram_pairs, subsample_keep_probs, unigram_noise)
 from softmaxbook.softmax import cross_entropy
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import add_json_argument, interleaved, report  # noqa: E402
 
-def interleaved(fns: dict, repeats: int, warmup: int = 1) -> dict:
-    """Median seconds per call of each function, the functions run alternately."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+
+def medians(fns: dict, repeats: int, warmup: int = 1) -> dict:
+    """Median seconds per call of each function, run interleaved (benchmarks/_harness.py)."""
+    return {name: t.median for name, t in interleaved(fns, repeats, warmup).items()}
 
 
 def zipf(V: int) -> torch.Tensor:
@@ -117,7 +113,7 @@ def bench_sampling(vocab_sizes, n, repeats, gen):
             u = torch.rand(n, dtype=torch.float64, generator=gen)
             return torch.searchsorted(cdf, u, right=True).clamp_(max=V - 1)
 
-        t = interleaved({"alias": lambda: sampler.sample(n, generator=gen),
+        t = medians({"alias": lambda: sampler.sample(n, generator=gen),
                          "multinomial": lambda: torch.multinomial(p32, n, replacement=True,
                                                                   generator=gen),
                          "searchsorted": search}, repeats)
@@ -198,11 +194,11 @@ def bench_steps(vocab_sizes, d, B, k, repeats, gen, sparse_repeats=None):
           f"interleaved, median of {sparse_repeats})")
     print(f"{'V':>9} {'NCE':>14} {'neg. sampling':>16} {'full softmax':>16} {'full / NCE':>11}")
     steps = {V: make_steps(V, d, B, k, contexts=1000, gen=gen) for V in vocab_sizes}
-    sparse = interleaved({(V, n): steps[V][n] for V in vocab_sizes
+    sparse = medians({(V, n): steps[V][n] for V in vocab_sizes
                           for n in ("nce", "negative sampling")}, sparse_repeats, warmup=3)
     times = {}
     for V in vocab_sizes:
-        full = interleaved({"full softmax": steps[V]["full softmax"]}, repeats)
+        full = medians({"full softmax": steps[V]["full softmax"]}, repeats)
         times[V] = {"nce": sparse[(V, "nce")],
                     "negative sampling": sparse[(V, "negative sampling")], **full}
         steps[V] = None  # free the model of this V (the full softmax's gradients are V x d)
@@ -563,6 +559,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--gensim-loss-epochs", type=int, default=20,
                         help="epochs of the check of gensim's running loss (0: skip it)")
+    add_json_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     gen = torch.Generator().manual_seed(0)
@@ -575,6 +572,11 @@ def main(argv=None) -> list[dict]:
     rows += bench_steps(step_V, 128, 256, 20, repeats, gen)
     rows += bench_gensim(quick=args.quick, repeats=args.repeats,
                          loss_epochs=args.gensim_loss_epochs)[0]
+    samp = [r["ratio"] for r in rows if r.get("table") == "sampling"]
+    growth = [r["ratio"] for r in rows if r.get("table") == "step" and r.get("peer") == "nce"]
+    report("bench_nce", rows,
+           f"alias sampler {min(samp):.1f}-{max(samp):.1f}x faster than its peers; NCE step "
+           f"time grows {max(growth):.2f}x from V = {step_V[0]:,} to {step_V[-1]:,}", args.json)
     return rows
 
 

@@ -24,28 +24,22 @@ Cases:
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import torch
 
 from softmaxbook import softmax as S
 
-
-def _time(fn, repeats: int, peer) -> tuple[float, float]:
-    fn(), peer()  # warm up (first-touch page faults, kernel selection)
-    ours, theirs = [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter(); fn(); t1 = time.perf_counter()
-        peer(); t2 = time.perf_counter()
-        ours.append(t1 - t0); theirs.append(t2 - t1)
-    return statistics.median(ours), statistics.median(theirs)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import add_json_argument, interleaved, report  # noqa: E402
 
 
 def main(argv=None) -> list[tuple[str, float, float, float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes, one repeat")
     parser.add_argument("--repeats", type=int, default=None)
+    add_json_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     gen = torch.Generator().manual_seed(0)
@@ -83,9 +77,14 @@ def main(argv=None) -> list[tuple[str, float, float, float]]:
               f"median of {repeats}")
         print(f"{'function':<12} {'case':<11} {'ours ms':>9} {'torch ms':>9} {'ratio':>6}")
         for name, case, ours, peer in cases:
-            a, b = _time(ours, repeats, peer)
+            t = interleaved({"ours": ours, "torch": peer}, repeats)
+            a, b = t["ours"].median, t["torch"].median
             rows.append((f"{name} {case} {shape}", a, b, a / b))
             print(f"{name:<12} {case:<11} {1e3 * a:9.1f} {1e3 * b:9.1f} {a / b:6.2f}")
+    plain = [r for r in rows if "exact=True" not in r[0]]
+    worst = max(plain, key=lambda r: r[3])
+    report("bench_softmax", [dict(case=r[0], ours_s=r[1], peer_s=r[2], ratio=r[3]) for r in rows],
+           f"ours / torch up to {worst[3]:.2f} ({worst[0]}) without exact=True", args.json)
     return rows
 
 
