@@ -178,8 +178,9 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
     directory. Never raises for anything the notebook does.
 
     ``salt`` (the checks' secret per-run inputs, :func:`softmaxbook.exercises.salted`) is in no
-    file: it goes through a pipe, written only once the runner reports that the student's cells
-    are done (event ``cells-done``), so no cell can read it before the checks start."""
+    file: it goes through a pipe, written only once the runner says through a second pipe that
+    the student's cells are done, so no cell can read it before the checks start. (Pipes, not the
+    progress file: a notebook may delete the files of its folder.)"""
     limits = limits or Limits()
     t0 = time.monotonic()
     deadline = t0 + notebook_timeout + check_timeout * (len(checks) + 2) + 120
@@ -202,11 +203,14 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
                 work.mkdir()
             (jobdir / "home").mkdir()
             (jobdir / "tmp").mkdir()
-            salt_r, salt_w = os.pipe()  # the salt's way in, after the cells (see above)
+            salt_r, salt_w = os.pipe()    # the salt's way in, after the cells (see above)
+            ready_r, ready_w = os.pipe()  # the runner's "cells done"
+            os.set_blocking(ready_r, False)
             job = dict(cells=cells, checks=checks, skip=skip, skip_checks=skip_checks,
                        cell_timeout=cell_timeout, check_timeout=check_timeout,
                        notebook_timeout=notebook_timeout, max_output=limits.output_chars,
-                       cwd="/job/work" if not unsafe else str(work), salt_fd=salt_r)
+                       cwd="/job/work" if not unsafe else str(work), salt_fd=salt_r,
+                       ready_fd=ready_w)
             (jobdir / "job.json").write_text(json.dumps(job))
             if as_root and not unsafe:
                 for p in [jobdir, *jobdir.rglob("*")]:
@@ -225,12 +229,13 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
             try:
                 proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        env=env, cwd=cwd, pass_fds=(salt_r,),
+                                        env=env, cwd=cwd, pass_fds=(salt_r, ready_w),
                                         preexec_fn=_limits_fn(limits, as_root and not unsafe),
                                         start_new_session=True)
             finally:
                 os.close(salt_r)
-            salt_sent = False
+                os.close(ready_w)
+            salt_sent, ready = False, b""
             killed = None
             watch_key, since = None, time.monotonic()
             seen_size, events = -1, []
@@ -249,9 +254,11 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
                     seen_size = size
                     events = _progress(jobdir / "progress.jsonl")
                 last = events[-1] if events else None
-                if not salt_sent and any(e.get("event") == "cells-done" for e in events):
-                    salt_sent = True
-                    _send_salt(salt_w, salt)
+                if not salt_sent:
+                    ready += _read_ready(ready_r)
+                    if b"cells-done" in ready:
+                        salt_sent = True
+                        _send_salt(salt_w, salt)
                 if now > deadline:
                     killed = ("deadline", last)
                 elif last is not None and last.get("event") in ("start", "check"):
@@ -266,6 +273,7 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
                     break
             if not salt_sent:
                 os.close(salt_w)
+            os.close(ready_r)
             events = _progress(jobdir / "progress.jsonl")
             record = _load_record(jobdir / "record.pt")
         for e in events:
@@ -316,6 +324,14 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
             break
     result.seconds = time.monotonic() - t0
     return result
+
+
+def _read_ready(fd: int) -> bytes:
+    """What the runner has written to its "cells done" pipe so far (never blocks)."""
+    try:
+        return os.read(fd, 64)
+    except (BlockingIOError, OSError):
+        return b""
 
 
 def _send_salt(fd: int, salt: int) -> None:

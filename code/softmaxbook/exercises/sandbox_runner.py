@@ -18,9 +18,10 @@ check, with the cell's text output, capped) and ``record.pt`` (the recorded call
 loaded by the grader with ``torch.load(weights_only=True)``).
 
 The checks run under the grader's secret per-run salt (their inputs change with it), which is
-in no file: once the cells are done the runner writes the event ``cells-done`` and reads the salt
-from a pipe (file descriptor ``job["salt_fd"]``) that the grader writes to only then. A record
-whose calls were made under another salt does not match the grader's inputs and is flagged.
+in no file: once the cells are done the runner writes ``cells-done`` to one pipe
+(``job["ready_fd"]``) and reads the salt from another (``job["salt_fd"]``), which the grader
+writes to only then. A record whose calls were made under another salt does not match the
+grader's inputs and is flagged.
 """
 
 from __future__ import annotations
@@ -378,7 +379,8 @@ def run(jobdir: str) -> int:
             break
     shell.exit_now = False
     progress(event="cells-done")
-    salt = _read_salt(job.get("salt_fd"), timeout=60.0)
+    salt = _read_salt(job.get("salt_fd"), timeout=60.0) if _say_ready(job.get("ready_fd")) \
+        else None
     import torch
 
     from . import check, salted
@@ -432,6 +434,23 @@ def run(jobdir: str) -> int:
     use = resource.getrusage(resource.RUSAGE_SELF)
     progress(event="done", cpu=round(use.ru_utime + use.ru_stime, 2))
     return 0
+
+
+def _say_ready(fd) -> bool:
+    """Tell the grader through the pipe ``fd`` that the cells are done (it then sends the
+    salt); False if that pipe is gone (the notebook closed it)."""
+    if type(fd) is not int:
+        return False
+    try:
+        os.write(fd, b"cells-done\n")
+        return True
+    except OSError:
+        return False
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _read_salt(fd, timeout: float) -> int | None:
