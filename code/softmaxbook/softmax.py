@@ -517,10 +517,18 @@ def _vmap_front(x, in_dim, dim):
     return x.movedim(in_dim, 0), dim + 1, 0
 
 
-class _Softmax(torch.autograd.Function):
-    @staticmethod
-    def forward(x, dim, temperature, exact):
-        return _softmax_forward(x, dim, temperature, "softmax", exact)
+def _finish(out: torch.Tensor, scalar: bool, dtype: torch.dtype) -> torch.Tensor:
+    """A public function's result: the 0-d shape back where ``_check_x`` made a 0-d input one
+    slice of one category, and the caller's dtype where the work ran in another."""
+    if scalar:
+        out = out.squeeze(0)
+    return out if out.dtype == dtype else out.to(dtype)
+
+
+class _OverSlices(torch.autograd.Function):
+    """What softmax and log_softmax share: inputs (x, dim, temperature, exact); the output is
+    saved for both modes (their derivatives are functions of it); the vmap rule applies the
+    concrete Function to the whole batch."""
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -528,6 +536,17 @@ class _Softmax(torch.autograd.Function):
         ctx.save_for_backward(output)
         ctx.save_for_forward(output)
         ctx.dim, ctx.temperature = dim, temperature
+
+    @classmethod
+    def vmap(cls, info, in_dims, x, dim, temperature, exact):
+        x, dim, out_dim = _vmap_front(x, in_dims[0], dim)
+        return cls.apply(x, dim, temperature, exact), out_dim
+
+
+class _Softmax(_OverSlices):
+    @staticmethod
+    def forward(x, dim, temperature, exact):
+        return _softmax_forward(x, dim, temperature, "softmax", exact)
 
     @staticmethod
     def backward(ctx, g):
@@ -550,23 +569,11 @@ class _Softmax(torch.autograd.Function):
         out = p * (t - (t * p).sum(dim=ctx.dim, keepdim=True))
         return out / ctx.temperature if ctx.temperature != 1.0 else out
 
-    @staticmethod
-    def vmap(info, in_dims, x, dim, temperature, exact):
-        x, dim, out_dim = _vmap_front(x, in_dims[0], dim)
-        return _Softmax.apply(x, dim, temperature, exact), out_dim
 
-
-class _LogSoftmax(torch.autograd.Function):
+class _LogSoftmax(_OverSlices):
     @staticmethod
     def forward(x, dim, temperature, exact):
         return _log_softmax_forward(x, dim, temperature, "log_softmax", exact)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _, dim, temperature, _ = inputs
-        ctx.save_for_backward(output)
-        ctx.save_for_forward(output)
-        ctx.dim, ctx.temperature = dim, temperature
 
     @staticmethod
     def backward(ctx, g):
@@ -591,11 +598,6 @@ class _LogSoftmax(torch.autograd.Function):
         out = t - (ls.exp() * t).sum(dim=ctx.dim, keepdim=True)
         out = torch.where(dead, 0.0, out)
         return out / ctx.temperature if ctx.temperature != 1.0 else out
-
-    @staticmethod
-    def vmap(info, in_dims, x, dim, temperature, exact):
-        x, dim, out_dim = _vmap_front(x, in_dims[0], dim)
-        return _LogSoftmax.apply(x, dim, temperature, exact), out_dim
 
 
 class _LogSumExp(torch.autograd.Function):
@@ -719,9 +721,7 @@ def logsumexp(x: torch.Tensor, dim: int | tuple[int, ...] = -1, keepdim: bool = 
     keepdim = _bool_arg(keepdim, "keepdim", func)
     dtype = x.dtype
     out = _LogSumExp.apply(_to_working(x), dim, keepdim, _bool_arg(exact, "exact", func))
-    if scalar:
-        out = out.squeeze(0)
-    return out if out.dtype == dtype else out.to(dtype)
+    return _finish(out, scalar, dtype)
 
 
 def softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0, *,
@@ -768,9 +768,7 @@ def softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0, *,
     temperature = _check_temperature(temperature, func)
     dtype = x.dtype
     out = _Softmax.apply(_to_working(x), dim, temperature, _bool_arg(exact, "exact", func))
-    if scalar:
-        out = out.squeeze(0)
-    return out if out.dtype == dtype else out.to(dtype)
+    return _finish(out, scalar, dtype)
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0, *,
@@ -814,9 +812,7 @@ def log_softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0, *,
     temperature = _check_temperature(temperature, func)
     dtype = x.dtype
     out = _LogSoftmax.apply(_to_working(x), dim, temperature, _bool_arg(exact, "exact", func))
-    if scalar:
-        out = out.squeeze(0)
-    return out if out.dtype == dtype else out.to(dtype)
+    return _finish(out, scalar, dtype)
 
 
 def sigmoid(x: torch.Tensor) -> torch.Tensor:
