@@ -16,6 +16,7 @@
     python3 tools/book.py clean [NB ...]   # strip outputs/metadata (default: book/*.ipynb) before committing
     python3 tools/book.py setup            # (re)create .venv when requirements changed
     python3 tools/book.py sweep CH [--seeds N] [--start S] [--cells LIST]  # assert false-alarm rates
+    python3 tools/book.py bench [NAME ...] [--quick]  # benchmarks vs their peers -> _build/bench/*.json
 
 The build and test commands run `setup` first, so on a fresh clone each is one command.
 """
@@ -443,6 +444,36 @@ def sweep(args) -> None:
     run([PY, ROOT / "tools" / "sweep.py", *args.sweep_args])
 
 
+def bench(args=None) -> None:
+    """Run the benchmark scripts (benchmarks/bench_*.py; NAME: e.g. softmax) one after another,
+    each writing _build/bench/<script>.json, then print their one-line summaries together with
+    the machine's load before and after (timings on a busy machine are not worth quoting)."""
+    setup()
+    names = list(getattr(args, "names", None) or [])
+    scripts = sorted((ROOT / "benchmarks").glob("bench_*.py"))
+    known = {p.stem.removeprefix("bench_"): p for p in scripts}
+    unknown = [n for n in names if n.removeprefix("bench_") not in known]
+    if unknown:
+        sys.exit(f"bench: no benchmark named {', '.join(unknown)} (there are: "
+                 f"{', '.join(known)})")
+    chosen = [known[n.removeprefix("bench_")] for n in names] or scripts
+    out = BUILD / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    extra = ["--quick"] if getattr(args, "quick", False) else []
+    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    for script in chosen:
+        say(f"{script.name}{' --quick' if extra else ''}")
+        run([PY, script, *extra, "--json", out / f"{script.stem}.json"])
+    say("summaries (one line each; the JSON files hold every row):")
+    import json
+    for script in chosen:
+        data = json.loads((out / f"{script.stem}.json").read_text())
+        print(f"  {data['benchmark']}: {data['summary']}")
+    if load0 is not None:
+        print(f"  load average (1 min) before: {load0:.1f}, after: {os.getloadavg()[0]:.1f} "
+              f"on {os.cpu_count()} CPUs")
+
+
 def lab(args=None) -> None:
     """JupyterLab on the student notebooks in work/ (written first if missing); the authors'
     notebooks in book/ (solutions visible) only with --authors. Works as root."""
@@ -471,6 +502,11 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", help=f"seeds to use (default: {EXTRA_SEEDS})")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra arguments for pytest")
     p.set_defaults(func=test_seeds)
+    p = sub.add_parser("bench", help="run the benchmarks against their peers -> _build/bench")
+    p.add_argument("names", nargs="*", help="only these (e.g. softmax gumbel); default: all")
+    p.add_argument("--quick", action="store_true", help="small sizes (a smoke test, no timings "
+                                                        "worth quoting)")
+    p.set_defaults(func=bench)
     p = sub.add_parser("build-chapter", help="strict build of one chapter alone (for authors)")
     p.add_argument("notebook", help="e.g. book/01_softmax.ipynb")
     p.set_defaults(func=build_chapter)
