@@ -20,6 +20,22 @@ from softmaxbook.exercises.index import (KINDS, book_exercises, index_markdown, 
 EXERCISE = re.compile(r"^(?:`{3,}|:{3,})\{(exercise(?:-start)?)\}[^\n]*\n(?::[\w-]+:[^\n]*\n)*?"
                       r":label:\s*(\S+)", re.M)
 CHECK = re.compile(r"""^check\(\s*["']([\w-]+)["']""", re.M)
+# a gated exercise whose :class: names another kind: a derivation whose end result the student
+# enters and a check tests (issue 23), still auto-checked
+GATED_OPTIONS = re.compile(r"^(?:`{3,}|:{3,})\{exercise-start\}[^\n]*\n((?::[\w-]+:[^\n]*\n)+)",
+                           re.M)
+
+
+def declared_kinds(path):
+    """{label: kind} of the gated exercises whose :class: option names a kind other than coding."""
+    cells = json.loads(path.read_text())["cells"]
+    md = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    out = {}
+    for block in GATED_OPTIONS.findall(md):
+        opts = dict(re.findall(r"^:([\w-]+):\s*(\S*)", block, re.M))
+        if opts.get("class") in ("derivation", "exploration"):
+            out[opts["label"]] = opts["class"]
+    return out
 
 
 def raw(path):
@@ -74,16 +90,20 @@ def test_kinds_and_checks(page):
     for path in chapter_notebooks():
         exercises, checks = raw(path)
         coding = [label for kind, label in exercises if kind == "exercise-start"]
+        declared = declared_kinds(path)
         for kind, label in exercises:
             row = listed[label]
             assert row[4] in KINDS
-            assert (row[4] == "coding") == (kind == "exercise-start"), label
+            assert (row[4] == "coding") == (kind == "exercise-start"
+                                            and label not in declared), label
+            assert row[4] == declared.get(label, row[4]), label
             assert (row[5] == "yes") == (label in coding), label
         # every check(...) call of the chapter belongs to one of its coding exercises
         nb = nbformat.read(path, as_version=4)
         parsed = notebook_exercises(nb, path.stem)
         assert sorted(e.check for e in parsed if e.check) == sorted(checks), path.name
         assert all(e.check for e in parsed if e.kind == "coding"), path.name
+        assert all(e.check for e in parsed if e.label in declared), path.name
 
 
 def test_the_parser_on_a_made_up_notebook():

@@ -18,7 +18,7 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "book" / "08_beam.ipynb"
 
 
 def test_registered():
-    assert registered("beam") == ["beam-estimator", "beam-prefix-logprob"]
+    assert registered("beam") == ["beam-cold-ex", "beam-estimator", "beam-prefix-logprob"]
 
 
 def test_every_check_has_the_label_of_its_exercise():
@@ -310,3 +310,128 @@ def test_hints_do_not_hand_out_the_answer(label, answer, solution_text):
         check(label, answer)
     assert "Hint:" in str(err.value)
     assert solution_text not in str(err.value)
+
+
+# --- beam-cold-ex: a tree on which beam search misses one of the k most probable sequences ---
+def garden_reference(k):
+    first = torch.full((k + 1,), 2.0, dtype=torch.float64)
+    first[-1] = 1.0
+    first = first / first.sum()
+    second = torch.full((k + 1, 4), 0.25, dtype=torch.float64)
+    second[-1] = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    return first, second
+
+
+def garden_by_softmax(k, dtype=torch.float64):
+    # k first tokens of weight e, one of weight 1; their continuations spread over 3 tokens
+    # (e / 3 = 0.906 per sequence) against one continuation of 0.95
+    first = torch.softmax(torch.tensor([1.0] * k + [0.0], dtype=dtype), 0)
+    second = torch.tensor([[1 / 3] * 3] * k + [[0.95, 0.05, 0.0]], dtype=dtype)
+    return first, second
+
+
+def garden_float32(k):
+    return garden_by_softmax(k, torch.float32)
+
+
+@pytest.mark.parametrize("answer", [garden_reference, garden_by_softmax, garden_float32])
+def test_garden_path_accepts_right_answers(answer, capsys):
+    assert check("beam-cold-ex", answer)
+    assert "correct" in capsys.readouterr().out
+
+
+def book_tree_for_k1_only(k):
+    # the solution's garden path for k = 1, whatever k is asked for
+    return (torch.tensor([0.6, 0.4], dtype=torch.float64),
+            torch.tensor([[1 / 3, 1 / 3, 1 / 3], [0.9, 0.1, 0.0]], dtype=torch.float64))
+
+
+def book_tree_spread(k):
+    # the k = 1 tree with the 0.6 shared among k tokens: 0.6 / k < 0.4 for k >= 2, the beam
+    # keeps the 0.4 token; and ties among the others at the cut
+    first = torch.tensor([0.6 / k] * k + [0.4], dtype=torch.float64)
+    second = torch.tensor([[1 / 3, 1 / 3, 1 / 3]] * k + [[0.9, 0.1, 0.0]], dtype=torch.float64)
+    return first, second
+
+
+def joint_in_second(k):
+    first, second = garden_reference(k)
+    return first, first[:, None] * second
+
+
+def log_probabilities(k):
+    first, second = garden_reference(k)
+    return first.log(), second.clamp_min(1e-300).log()
+
+
+def unnormalised_first(k):
+    first, second = garden_reference(k)
+    return first * (2 * k + 1), second
+
+
+def only_k_first_tokens(k):
+    # off by one: the pruned token counted among the k
+    first, second = garden_reference(k - 1) if k > 1 else garden_reference(1)
+    return (first, second) if k > 1 else (first[:1] / first[:1].sum(), second[:1])
+
+
+def likely_token_continues_surely(k):
+    # the concentrated continuation under a first token the beam keeps: beam search finds it
+    first, second = garden_reference(k)
+    return first.flip(0), second
+
+
+def rows_swapped(k):
+    first, second = garden_reference(k)
+    return first, second.flip(0)
+
+
+def uniform_first(k):
+    first, second = garden_reference(k)
+    return torch.full_like(first, 1 / (k + 1)), second
+
+
+def equal_not_better(k):
+    # the pruned branch's sequence only ties with the kept ones (1 / (2k + 1) each): beam
+    # search may still return a top-k set
+    first, _ = garden_reference(k)
+    second = torch.full((k + 1, 2), 0.5, dtype=torch.float64)
+    second[-1] = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    return first, second
+
+
+def joint_table_only(k):
+    first, second = garden_reference(k)
+    return first[:, None] * second
+
+
+def python_lists(k):
+    first, second = garden_reference(k)
+    return first.tolist(), second.tolist()
+
+
+def second_too_short(k):
+    first, second = garden_reference(k)
+    return first, second[:-1]
+
+
+@pytest.mark.parametrize("answer, message", [
+    (book_tree_for_k1_only, "for k = 2 your tree has V = 2 first tokens"),
+    (book_tree_spread, "for k = 2: your first tokens tie at the beam's cut"),
+    (joint_in_second, "(?s)row 1 of second sums to 0.333333.*first.a. . second.a, b."),
+    (log_probabilities, "(?s)finite and >= 0.*not log-probabilities"),
+    (unnormalised_first, "for k = 1: the first token's probabilities sum to 3"),
+    (only_k_first_tokens, "for k = 1 your tree has V = 1 first tokens"),
+    (likely_token_continues_surely, "for k = 1 beam search returns the 1 most probable"),
+    (rows_swapped, "for k = 1 beam search returns the 1 most probable"),
+    (uniform_first, "for k = 1: your first tokens tie"),
+    (equal_not_better, "(?s)for k = 1 beam search returns.*0.333333, not more than"),
+    (joint_table_only, "should return a tuple .first, second."),
+    (python_lists, "should return two float tensors"),
+    (second_too_short, r"first should have shape \[V\] and second \[V, W\]"),
+    (lambda k: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_garden_path_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("beam-cold-ex", answer)

@@ -6,6 +6,9 @@
 * ``beam-estimator``: ``sbs_estimator(values, log_probs, kappa)``, the unbiased estimator
   ``Σ p f / q`` with ``q = 1 − exp(−exp(φ − κ))``, stable where ``q`` is tiny and exact when
   ``κ = −inf``, without calling the library's ``sbs_estimate`` / ``sbs_inclusion_log_probs``.
+* ``beam-cold-ex`` (a derivation's end result): ``garden_path(k)``, a two-step tree on which beam
+  search of width ``k`` does not return the ``k`` most probable sequences (what the bottom-up
+  process returns as ε → 0), for every ``k`` the check asks for.
 
 The labels are those of the exercises in the chapter (``{exercise-start}`` ``:label:``).
 """
@@ -195,3 +198,86 @@ def _check_estimator(sbs_estimator):
                           "q_i = 1 - exp(-exp(phi_i - kappa)), summed over the last dimension; "
                           "it is NOT divided by k or by the sum of the weights.")
     return len(cases)
+
+
+# ---------------------------------------------------------------------------------------------
+# beam-cold-ex: a two-step tree on which beam search of width k misses a top-k sequence
+# ---------------------------------------------------------------------------------------------
+def _tree_problem(tree, k):
+    """``None`` if ``tree`` is a valid ``(first, second)`` pair of probability tables, else what
+    is wrong with it (a sentence) and a hint."""
+    if not (isinstance(tree, tuple) and len(tree) == 2):
+        return (f"garden_path({k}) should return a tuple (first, second) of two tensors, got "
+                f"{describe(tree)}.", "return first, second")
+    first, second = tree
+    if not (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor)
+            and first.is_floating_point() and second.is_floating_point()):
+        return (f"garden_path({k}) should return two float tensors, got {describe(first)} and "
+                f"{describe(second)}.", "torch.tensor([...], dtype=torch.float64)")
+    if first.dim() != 1 or second.dim() != 2 or second.shape[0] != first.shape[0] \
+            or second.shape[1] < 1:
+        return (f"for k = {k}: first should have shape [V] and second [V, W] (row a: the "
+                f"second token's probabilities after first token a), got shapes "
+                f"{tuple(first.shape)} and {tuple(second.shape)}.", None)
+    f, s = first.detach().double(), second.detach().double()
+    if not (torch.isfinite(f).all() and torch.isfinite(s).all()) or (f < 0).any() \
+            or (s < 0).any():
+        return (f"for k = {k}: probabilities must be finite and >= 0, got first = "
+                f"{describe(first)}, second = {describe(second)}.",
+                "enter probabilities, not log-probabilities.")
+    # float32 tables sum to 1 within ~1e-7; anything further off is not a distribution
+    if abs(float(f.sum()) - 1) > 1e-6:
+        return (f"for k = {k}: the first token's probabilities sum to {float(f.sum()):.6g}, "
+                "not 1.", "divide by their sum.")
+    rows = s.sum(1)
+    bad = int((rows - 1).abs().argmax())
+    if abs(float(rows[bad]) - 1) > 1e-6:
+        return (f"for k = {k}: row {bad} of second sums to {float(rows[bad]):.6g}, not 1.",
+                "row a holds the conditional probabilities p(second | first = a), which sum "
+                "to 1 over the second token; the probability of the sequence (a, b) is "
+                "first[a] * second[a, b].")
+    return None
+
+
+@exercise("beam-cold-ex", "a tree where beam search misses the top-k")
+def _check_garden_path(garden_path):
+    ks = [1, 2, 3]
+    if check_salt():  # the grader's secret salt: widths the notebook never asks for
+        g = check_generator(41)
+        ks += [int(v) for v in torch.randint(4, 13, (2,), generator=g)]
+    for k in ks:
+        tree = call(garden_path, k, input_desc=f"k = {k}")
+        problem = _tree_problem(tree, k)
+        if problem is not None:
+            expect_true(False, problem[0], hint=problem[1])
+        first, second = (t.detach().double() for t in tree)
+        V = first.numel()
+        expect_true(k < V, f"for k = {k} your tree has V = {V} first tokens: a beam of width "
+                           f"{k} keeps every one of them, so it never prunes a sequence.",
+                    hint="the tree needs more first tokens than the beam keeps.")
+        ranked = first.sort(descending=True).values
+        # beam search's first step must be unambiguous: the k-th and (k+1)-th most probable
+        # first tokens may not tie (else which one it keeps is up to the tie-break)
+        expect_true(bool(ranked[k - 1] > ranked[k] * (1 + 1e-9)),
+                    f"for k = {k}: your first tokens tie at the beam's cut (the {k}-th and "
+                    f"{k + 1}-th most probable both have probability {float(ranked[k]):.6g}), "
+                    "so which ones beam search keeps is up to chance.",
+                    hint="make the first step's choice clear-cut.")
+        kept = torch.zeros(V, dtype=torch.bool)
+        kept[first.topk(k).indices] = True
+        joint = first[:, None] * second               # p(a, b) of every two-token sequence
+        reachable = joint[kept].flatten().sort(descending=True).values
+        pruned = joint[~kept].max()
+        # Beam search returns the k best sequences below the kept first tokens. It misses a
+        # top-k sequence whatever the tie-breaks iff the best pruned sequence beats the k-th
+        # best reachable one (then at most k - 1 sequences are at least as probable).
+        expect_true(bool(pruned > reachable[k - 1] * (1 + 1e-9)),
+                    f"for k = {k} beam search returns the {k} most probable sequences of your "
+                    f"tree: the best sequence below a first token it prunes has probability "
+                    f"{float(pruned):.6g}, not more than the {k}-th best it keeps "
+                    f"({float(reachable[k - 1]):.6g}).",
+                    hint="beam search ranks a prefix by its own probability, the bottom-up "
+                         "process by its best completion. Give the first tokens the beam keeps "
+                         "more probability but continuations spread thin, and one it prunes a "
+                         "single likely continuation; does your tree do so for every k?")
+    return len(ks)
