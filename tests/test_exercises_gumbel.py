@@ -12,8 +12,8 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 
 def test_registered():
-    assert registered("gumbel") == ["gumbel-ex-max-sampler", "gumbel-ex-plackett-luce",
-                                    "gumbel-ex-truncated-inverse"]
+    assert registered("gumbel") == ["gumbel-ex-max-of-gumbels", "gumbel-ex-max-sampler",
+                                    "gumbel-ex-plackett-luce", "gumbel-ex-truncated-inverse"]
 
 
 def test_labels_agree_with_the_chapter():
@@ -512,3 +512,63 @@ def test_plackett_luce_rejects_log_of_a_product_of_probabilities():
 
     with pytest.raises(ExerciseCheckFailed, match="(?s)order = \\[1, 2\\].*underflows"):
         check("gumbel-ex-plackett-luce", log_of_product)
+
+
+# --- gumbel-ex-max-of-gumbels: the location of the maximum of n i.i.d. Gumbel(mu) ---------------
+EULER_GAMMA = 0.5772156649015329
+
+
+def max_location(mu, n):
+    return mu + torch.log(n)
+
+
+def max_location_by_lse(mu, n):
+    # log(n e^mu): the logsumexp of n equal locations, written out (|mu| <= ~40 in the check)
+    return torch.log(n * torch.exp(mu))
+
+
+def max_location_logaddexp(mu, n):
+    # one Gumbel, then the maximum of the other n - 1 (n = 1: log 0 = -inf drops out)
+    return torch.logaddexp(mu, mu + torch.log(n - 1))
+
+
+@pytest.mark.parametrize("answer", [max_location, max_location_by_lse, max_location_logaddexp])
+def test_max_location_accepts_right_answers(answer, capsys):
+    assert check("gumbel-ex-max-of-gumbels", answer)
+    assert "correct" in capsys.readouterr().out
+
+
+def in_place(mu, n):
+    return mu.add_(torch.log(n))
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the maximum of Gumbels is again a Gumbel, but not with the same location
+    (lambda mu, n: mu.clone(), "(?s)for mu = 1.5, n = 10 you return 1.5.*Try n = 1 first"),
+    # the mean, not the location
+    (lambda mu, n: mu + torch.log(n) + EULER_GAMMA, "(?s)wrong at 6 of 6.*Euler's constant"),
+    (lambda mu, n: mu - torch.log(n), "wrong at 3 of 6 entries"),
+    (lambda mu, n: torch.log(n), "wrong at 3 of 6 entries"),          # dropped mu
+    (lambda mu, n: n * mu, "wrong at 3 of 6 entries"),                # a sum of n draws
+    (lambda mu, n: mu + n, "wrong at 6 of 6 entries"),
+    (lambda mu, n: mu * torch.log(n), "wrong at 5 of 6 entries"),
+    (lambda mu, n: mu + torch.log(n + 1), "wrong at 6 of 6 entries"),  # off by one
+    (lambda mu, n: mu + torch.log(n) / n, "for mu = 1.5, n = 10 you return 1.73026"),
+    (lambda mu, n: mu + torch.log2(n), "wrong at 3 of 6 entries"),
+    (lambda mu, n: mu + torch.sqrt(2 * torch.log(n)), "(?s)wrong at 3 of 6.*standard normals"),
+    (lambda mu, n: torch.logsumexp(mu, dim=-1), "should be a float tensor of shape .6,."),
+    (lambda mu, n: (mu + torch.log(n)).float(), "your result is torch.float32"),
+    (in_place, "changed its arguments in place"),
+    (lambda mu, n: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_max_location_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("gumbel-ex-max-of-gumbels", answer)
+
+
+def test_max_location_message_does_not_hand_out_the_answer():
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check("gumbel-ex-max-of-gumbels", lambda mu, n: mu.clone())
+    text = str(err.value)
+    assert "log" not in text.split("Hint:")[0] and "0.693147" not in text and "3.80259" not in text

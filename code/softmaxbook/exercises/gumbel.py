@@ -12,6 +12,9 @@ solution and its check carry one name.
 * ``gumbel-ex-plackett-luce``: the log-probability of an ordered draw without replacement, accurate
   relative to its size even when the drawn items hold almost all of the mass (compared with a
   relative tolerance only: the answer for [40, 0, -40], order [0, 1] is -8.5e-18).
+* ``gumbel-ex-max-of-gumbels`` (a derivation's end result): ``max_location(mu, n)``, the location
+  ``mu + log n`` of the maximum of ``n`` i.i.d. Gumbels with location ``mu`` (the mean and the
+  Gaussian's ``sqrt(2 log n)`` get hints of their own).
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ import numpy as np
 import torch
 from scipy import stats
 
-from . import _ForbiddenCall, call, check_generator, check_salt, exercise, expect_close, \
-    expect_true
+from . import _ForbiddenCall, call, check_generator, check_salt, describe, exercise, \
+    expect_close, expect_true
 from .. import gumbel as _gumbel
 from ..gumbel import plackett_luce_log_prob
 
@@ -365,3 +368,70 @@ def _check_plackett_luce(log_prob):
     expect_true(abs(total - 1) < 1e-9,
                 f"the probabilities of the 12 ordered pairs of 4 items sum to {total:.6g}, not 1.")
     return len(cases) + 1
+
+
+# ------------------------------------------------------------------------------------------------
+# gumbel-ex-max-of-gumbels: the location of the maximum of n i.i.d. Gumbel(mu)
+_EULER_GAMMA = 0.5772156649015329  # the mean of a standard Gumbel
+
+
+def _max_location_cases():
+    f64 = dict(dtype=torch.float64)
+    g = check_generator(61)  # public in a notebook; the grader's secret salt changes it
+    n_rand = torch.randint(1, 10**6, (200,), generator=g).to(torch.float64)
+    return [
+        ("one Gumbel (n = 1) and small n", torch.tensor([0.0, 2.5, -3.0, 0.0, 0.0, 1.5], **f64),
+         torch.tensor([1.0, 1.0, 1.0, 2.0, 3.0, 10.0], **f64)),
+        ("standard Gumbels (mu = 0), n up to 10^12", torch.zeros(4, **f64),
+         torch.tensor([4.0, 100.0, 1e6, 1e12], **f64)),
+        ("200 random mu ~ N(0, 10^2), n from 1 to 10^6", 10 * torch.randn(200, generator=g, **f64),
+         n_rand),
+        ("a [3, 4] batch", torch.randn(3, 4, generator=g, **f64),
+         torch.randint(1, 50, (3, 4), generator=g).to(torch.float64)),
+    ]
+
+
+@exercise("gumbel-ex-max-of-gumbels", "location of the maximum of n Gumbels")
+def _check_max_location(max_location):
+    """``max_location(mu, n)`` -> tensor of the shape of ``mu`` and ``n``, elementwise."""
+    cases = _max_location_cases()
+    for name, mu, n in cases:
+        desc = f"mu = {describe(mu)}, n = {describe(n)} ({name})"
+        mu_in, n_in = mu.clone(), n.clone()
+        got = call(max_location, mu_in, n_in, input_desc=desc)
+        expect_true(torch.equal(mu_in, mu) and torch.equal(n_in, n),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute a new tensor; do not use in-place methods such as add_ on mu.")
+        if isinstance(got, torch.Tensor) and got.is_floating_point() and got.dtype != mu.dtype:
+            expect_true(False, f"for input {desc} (float64) your result is {got.dtype}: return "
+                               "the inputs' dtype.")
+        expected = mu + torch.log(n)
+        hint = ("set every mu_i = mu in logsumexp_i mu_i. Try n = 1 first: the maximum of one "
+                "Gumbel is that Gumbel.")
+        if isinstance(got, torch.Tensor) and got.shape == mu.shape:
+            g64 = got.detach().to(torch.float64)
+            if torch.allclose(g64, expected + _EULER_GAMMA, rtol=1e-9, atol=1e-9):
+                hint = ("your result is off by Euler's constant 0.5772 everywhere: that is the "
+                        "mean of a Gumbel minus its location. The exercise asks for the "
+                        "location.")
+            elif torch.allclose(g64, mu + torch.sqrt(2 * torch.log(n)), rtol=1e-9, atol=1e-9):
+                hint = ("sqrt(2 log n) is how the maximum of n standard normals grows; "
+                        "Gumbels have heavier tails. Work from the Gumbel's CDF.")
+        expect_true(isinstance(got, torch.Tensor) and got.is_floating_point()
+                    and got.shape == mu.shape,
+                    f"for input {desc} the location should be a float tensor of shape "
+                    f"{tuple(mu.shape)} (one location per entry of mu and n), got "
+                    f"{describe(got)}.", hint="work elementwise; do not reduce over a dimension.")
+        # The message names the entry that is furthest off, not the expected values: a table of
+        # them (log 2 = 0.693 beside n = 2) would hand out the answer to a derivation.
+        g64 = got.detach().to(torch.float64)
+        wrong = ~torch.isclose(g64, expected, rtol=1e-10, atol=1e-10)
+        if bool(wrong.any()):
+            err = (g64 - expected).abs().nan_to_num(float("inf")).flatten()
+            i = int(err.argmax())
+            expect_true(False, f"for input {desc} your location is wrong at {int(wrong.sum())} "
+                               f"of {wrong.numel()} entries, e.g. for mu = "
+                               f"{float(mu.flatten()[i]):.6g}, n = {float(n.flatten()[i]):.6g} "
+                               f"you return {float(g64.flatten()[i]):.6g} (largest difference "
+                               f"{float(err[i]):.3g}).", hint=hint)
+    return len(cases)
