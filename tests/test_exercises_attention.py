@@ -11,8 +11,8 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 
 def test_registered():
-    assert registered("attention") == ["attention-baseline", "attention-marginal",
-                                       "attention-score-term"]
+    assert registered("attention") == ["attention-baseline", "attention-biased-baseline",
+                                       "attention-marginal", "attention-score-term"]
 
 
 def stub(*args):
@@ -249,3 +249,106 @@ def test_marginal_accepts_right_answers(answer, capsys):
 def test_marginal_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("attention-marginal", answer)
+
+
+# --- attention-biased-baseline: the mean of the estimate with b_n = r_n ------------------------
+def self_baseline_mean(scores, loglik):
+    return torch.zeros_like(scores), torch.softmax(scores, dim=-1)
+
+
+def self_baseline_by_enumeration(scores, loglik):
+    # the estimate for every location s, averaged with weights alpha_s
+    alpha = torch.softmax(scores, dim=-1)
+    eye = torch.eye(scores.shape[-1], dtype=scores.dtype)
+    d_scores = torch.zeros_like(scores)
+    d_loglik = torch.zeros_like(scores)
+    for s in range(scores.shape[-1]):
+        r = loglik[:, s:s + 1]
+        b = r  # the student's baseline: the same example's reward
+        d_scores = d_scores + alpha[:, s:s + 1] * (r - b) * (eye[s] - alpha)
+        d_loglik = d_loglik + alpha[:, s:s + 1] * eye[s]
+    return d_scores, d_loglik
+
+
+def self_baseline_autograd(scores, loglik):
+    # autograd of the exact mean of the surrogate (r - b) log alpha_s + l_s, b = r held constant
+    e = scores.detach().clone().requires_grad_(True)
+    ll = loglik.detach().clone().requires_grad_(True)
+    alpha = torch.softmax(e, dim=-1).detach()
+    log_alpha = torch.log_softmax(e, dim=-1).masked_fill(alpha == 0, 0.0)
+    r = ll.detach()
+    (alpha * ((r - r) * log_alpha + ll)).sum().backward()
+    return e.grad, ll.grad
+
+
+@pytest.mark.parametrize("answer", [self_baseline_mean, self_baseline_by_enumeration,
+                                    self_baseline_autograd])
+def test_biased_baseline_accepts_right_answers(answer, capsys):
+    assert check("attention-biased-baseline", answer)
+    assert "correct" in capsys.readouterr().out
+
+
+def _alpha_ls(scores, loglik):
+    alpha = torch.softmax(scores, dim=-1)
+    return alpha, (alpha * loglik.masked_fill(alpha == 0, 0.0)).sum(-1, keepdim=True)
+
+
+def unbiased_gradient(scores, loglik):
+    # what a valid baseline gives: the gradient of L_s
+    alpha, ls = _alpha_ls(scores, loglik)
+    return alpha * (loglik - ls), alpha
+
+
+def marginal_gradient(scores, loglik):
+    alpha = torch.softmax(scores, dim=-1)
+    post = torch.softmax(scores + loglik, dim=-1)
+    return post - alpha, post
+
+
+def score_term_without_baseline(scores, loglik):
+    # the mean of r * (onehot - alpha): the score term as if b were 0
+    alpha, ls = _alpha_ls(scores, loglik)
+    return alpha * loglik.masked_fill(alpha == 0, 0.0), alpha
+
+
+def one_sample_argmax(scores, loglik):
+    # the most likely location's one-hot instead of the mean over the sampled location
+    onehot = torch.nn.functional.one_hot(scores.argmax(-1), scores.shape[-1])
+    return torch.zeros_like(scores), onehot.to(scores.dtype)
+
+
+def zeroes_the_scores(scores, loglik):
+    # right values, but the zeros are the caller's scores, overwritten in place
+    alpha = torch.softmax(scores, dim=-1)
+    return scores.zero_(), alpha
+
+
+@pytest.mark.parametrize("answer, message", [
+    (unbiased_gradient, "(?s)d_scores is wrong.*gradient of L_s itself"),
+    (marginal_gradient, "(?s)d_scores is wrong.*gradient of log p.y . a."),
+    (score_term_without_baseline, "(?s)d_scores is wrong at 4 of 4.*then take its mean"),
+    (lambda s, l: (torch.zeros_like(s), torch.softmax(s + l, dim=-1)),
+     "(?s)d_loglik is wrong.*posterior weights"),
+    (lambda s, l: (torch.zeros_like(s), torch.softmax(l, dim=-1)),
+     "(?s)d_loglik is wrong.*posterior weights"),  # the wrong variable: the same, alpha uniform
+    (lambda s, l: (torch.zeros_like(s), torch.full_like(s, 1 / s.shape[-1])),
+     r"(?s)scores \[\[1, -2, 0.5\].*d_loglik is wrong.*not look at every location equally"),
+    (lambda s, l: (torch.zeros_like(s), torch.zeros_like(s)),
+     "(?s)d_loglik is wrong at 4 of 4.*average it over the location drawn"),
+    (lambda s, l: (torch.zeros_like(s), -torch.softmax(s, dim=-1)), "d_loglik is wrong at 4"),
+    (one_sample_argmax, "(?s)uniform scores.*d_loglik is wrong at 4 of 4"),
+    (lambda s, l: (torch.zeros_like(s), torch.softmax(s, dim=0)), "d_loglik is wrong"),
+    (lambda s, l: (torch.zeros_like(s), torch.exp(s) / torch.exp(s).sum(-1, keepdim=True)),
+     r"(?s)\[\[1000, 999, 990\]\].*d_loglik is wrong at 3 of 3"),  # nan: exp overflows
+    (lambda s, l: torch.softmax(s, dim=-1), "should be a pair .d_scores, d_loglik."),
+    (lambda s, l: (torch.zeros_like(s), torch.softmax(s, dim=-1).sum(-1)),
+     "should be a pair .d_scores, d_loglik. of float tensors of shape .1, 4."),
+    (lambda s, l: (torch.zeros_like(s).float(), torch.softmax(s, dim=-1).float()),
+     "your result is torch.float32"),
+    (zeroes_the_scores, "changed its arguments in place"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_biased_baseline_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("attention-biased-baseline", answer)

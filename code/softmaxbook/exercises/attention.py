@@ -8,6 +8,10 @@ and Seq-GAN" (book/09_hard_attention.ipynb).
 * ``attention-marginal``: the exact ``log p(y | a) = log sum_s alpha_s p(y | s, a)`` from
   ``log alpha`` and ``log p(y | s, a)``, stable when every ``p(y | s, a)`` underflows, without
   the library's :func:`~softmaxbook.attention.marginal_log_lik`.
+* ``attention-biased-baseline`` (a derivation's end result): what the REINFORCE estimate with the
+  baseline ``b_n = r_n`` has as its mean, with the scores ``e`` and the log-likelihoods
+  ``l_s = log p(y | s, a)`` as the parameters: ``(0, softmax(e))``. The gradient of ``L_s`` (the
+  unbiased estimate's mean), that of ``log p(y | a)``, the posterior and uniform weights get hints.
 """
 
 from __future__ import annotations
@@ -242,4 +246,91 @@ def _check_marginal(marginal):
                      hint="log p(y | a) is the log of an alpha-weighted sum of probabilities, "
                           "not an alpha-weighted sum of log-probabilities (that is the Jensen "
                           "bound, which is lower).")
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# attention-biased-baseline: what REINFORCE estimates with the baseline b_n = r_n (a derivation's
+# end result: its expected value, with the scores e and log-likelihoods l as the parameters)
+def _biased_baseline_cases():
+    cases = [
+        ("uniform scores [[0, 0, 0, 0]], loglik [[-2.3, -0.1, -4, -1]]",
+         _t([[0.0, 0.0, 0.0, 0.0]]), _t([[-2.3, -0.1, -4.0, -1.0]])),
+        ("scores [[1, -2, 0.5], [0, 3, -1]], loglik [[-0.2, -3, -1], [-2, -0.5, -6]]",
+         _t([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]]), _t([[-0.2, -3.0, -1.0], [-2.0, -0.5, -6.0]])),
+        ("scores [[1000, 999, 990]] (large), loglik [[-1, -0.3, -2]]",
+         _t([[1000.0, 999.0, 990.0]]), _t([[-1.0, -0.3, -2.0]])),
+        ("scores [[0, -inf, 1]] (location 1 never looked at), loglik [[-1, -0.1, -2]]",
+         _t([[0.0, float("-inf"), 1.0]]), _t([[-1.0, -0.1, -2.0]])),
+    ]
+    g = check_generator(53)  # public in a notebook; the grader's secret salt changes it
+    scores = 2 * torch.randn(40, 6, generator=g, dtype=torch.float64)
+    loglik = -torch.exp(torch.randn(40, 6, generator=g, dtype=torch.float64))
+    cases.append(("40 random examples over L = 6", scores, loglik))
+    return cases
+
+
+def _first_wrong(got, expected, tol=1e-10):
+    """(number of wrong entries, (row, column) of the worst) or None if ``got`` is right."""
+    g64 = got.detach().to(torch.float64)
+    wrong = ~torch.isclose(g64, expected, rtol=tol, atol=tol)
+    if not bool(wrong.any()):
+        return None
+    err = (g64 - expected).abs().nan_to_num(float("inf"))
+    i = int(err.flatten().argmax())
+    return int(wrong.sum()), divmod(i, expected.shape[-1])
+
+
+@exercise("attention-biased-baseline", "what REINFORCE estimates with b_n = r_n")
+def _check_biased_baseline(self_baseline_mean):
+    """``self_baseline_mean(scores, loglik)`` -> ``(d_scores, d_loglik)``, each ``[n, L]``."""
+    cases = _biased_baseline_cases()
+    for desc, scores, loglik in cases:
+        s_in, l_in = scores.clone(), loglik.clone()
+        got = call(self_baseline_mean, s_in, l_in, input_desc=desc)
+        expect_true(torch.equal(s_in, scores) and torch.equal(l_in, loglik),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute new tensors; do not use in-place methods on the inputs.")
+        shape = tuple(scores.shape)
+        expect_true(isinstance(got, (tuple, list)) and len(got) == 2
+                    and all(isinstance(t, torch.Tensor) and t.is_floating_point()
+                            and tuple(t.shape) == shape for t in got),
+                    f"for input {desc} the result should be a pair (d_scores, d_loglik) of "
+                    f"float tensors of shape {shape}, got {describe(got)}.",
+                    hint="one expected gradient per example and location, for each of the two "
+                         "kinds of parameters.")
+        for t in got:
+            _expect_float64(t, desc)
+        alpha = torch.softmax(scores, dim=-1)
+        l_s = (alpha * loglik.masked_fill(alpha == 0, 0.0)).sum(-1, keepdim=True)
+        posterior = torch.softmax(scores + loglik, dim=-1)
+        d_scores, d_loglik = (t.detach().to(torch.float64) for t in got)
+        off = _first_wrong(d_scores, torch.zeros_like(scores))
+        if off is not None:
+            hint = ("write the estimate for one sampled location with b_n = r_n, then take its "
+                    "mean over the sampled location.")
+            if torch.allclose(d_scores, alpha * (loglik - l_s), atol=1e-10):
+                hint = ("that is the gradient of L_s itself with respect to the scores, what "
+                        "the estimate has in expectation with a valid baseline. With b_n = r_n, "
+                        "what is r_n - b_n for every sample?")
+            elif torch.allclose(d_scores, posterior - alpha, atol=1e-10):
+                hint = ("that is the gradient of log p(y | a), which no REINFORCE estimate "
+                        "here has as its mean. With b_n = r_n, what is r_n - b_n?")
+            (k, (row, col)) = off
+            expect_true(False, f"for input {desc} d_scores is wrong at {k} of "
+                               f"{scores.numel()} entries, e.g. example {row}, location {col}: "
+                               f"you return {float(d_scores[row, col]):.6g}.", hint=hint)
+        off = _first_wrong(d_loglik, alpha)
+        if off is not None:
+            hint = ("the pathwise term of one sample is the gradient of l at the sampled "
+                    "location; average it over the location drawn.")
+            if torch.allclose(d_loglik, posterior, atol=1e-10):
+                hint = ("those are the posterior weights p(s | y, a); the location is drawn "
+                        "before the label is seen.")
+            elif torch.allclose(d_loglik, torch.full_like(alpha, 1 / alpha.shape[-1])):
+                hint = "the model does not look at every location equally often."
+            (k, (row, col)) = off
+            expect_true(False, f"for input {desc} d_loglik is wrong at {k} of "
+                               f"{scores.numel()} entries, e.g. example {row}, location {col}: "
+                               f"you return {float(d_loglik[row, col]):.6g}.", hint=hint)
     return len(cases)
