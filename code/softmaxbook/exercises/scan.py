@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import re
+import symtable
 
 __all__ = ["student_cells", "notebook_flags", "answer_uses"]
 
@@ -186,34 +187,72 @@ def _names_in(node) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
+def _bound_at_top(node) -> set[str]:
+    """The global names a top-level statement binds (defs, assignments, imports, loop
+    variables, ``with ... as``), not those bound inside the functions or classes it defines."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name.split(".")[0]) for a in node.names}
+    out: set[str] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+            continue
+        if isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                          ast.GeneratorExp)):
+            continue
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.add(n.id)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            out |= {(a.asname or a.name.split(".")[0]) for a in n.names}
+        todo.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def _free_names(node) -> set[str]:
+    """The global names a top-level statement reads: what its code (function bodies included,
+    decorators, defaults) resolves in the notebook's namespace. A function's parameters and the
+    names it binds itself are its own, not the notebook's (a local ``p`` is not a top-level
+    ``p``)."""
+    try:
+        table = symtable.symtable(ast.unparse(node), "<cell>", "exec")
+    except (SyntaxError, ValueError, RecursionError):
+        return _names_in(node)
+    out: set[str] = set()
+    todo = [table]
+    while todo:
+        t = todo.pop()
+        for sym in t.get_symbols():
+            if not sym.is_referenced():
+                continue
+            if t.get_type() == "module" or sym.is_global() or (
+                    t.get_type() == "class" and not sym.is_local()):
+                out.add(sym.get_name())
+        todo.extend(t.get_children())
+    return out
+
+
 def answer_uses(cells: list[tuple[int, str]], answer: str, forbidden: set[str],
                 package: bool) -> list[str]:
-    """The forbidden names that the answer's code uses: the cells' top-level definitions of the
-    names in ``answer`` and, transitively, of the names those use. ``forbidden`` holds names as
-    the check shows them ("torch.logsumexp", "Tensor.backward (autograd)"); ``package``: the
-    check also forbids the book's own functions (any use of ``softmaxbook`` counts)."""
+    """The forbidden names that the answer's code uses: the cells' top-level statements that
+    bind the global names in ``answer`` and, transitively, those binding the global names their
+    code reads (a function's parameters and local variables are not followed: a top-level line
+    elsewhere that assigns the same name is not the answer's code). ``forbidden`` holds names
+    as the check shows them ("torch.logsumexp", "Tensor.backward (autograd)"); ``package``: the
+    check also forbids the book's own functions (any use of ``softmaxbook`` counts). Code that
+    reaches the aten operators (``torch.ops``) counts as a forbidden function whenever the
+    exercise forbids any: the runtime guard does not see them."""
     defs: dict[str, list] = {}
-    imports: list[tuple[str, str, str]] = []  # (module, name, bound as)
     for _, src in cells:
         tree = _parse(src)
         if tree is None:
             continue
         for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                defs.setdefault(node.name, []).append(node)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for t in targets:
-                    for n in ast.walk(t):
-                        if isinstance(n, ast.Name):
-                            defs.setdefault(n.id, []).append(node)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                for a in node.names:
-                    imports.append((node.module or "", a.name, a.asname or a.name))
-            elif isinstance(node, ast.Import):
-                for a in node.names:
-                    imports.append((a.name, "", a.asname or a.name.split(".")[0]))
+            for name in _bound_at_top(node):
+                defs.setdefault(name, []).append(node)
     try:
         start = _names_in(ast.parse(answer, mode="eval"))
     except SyntaxError:
@@ -225,15 +264,23 @@ def answer_uses(cells: list[tuple[int, str]], answer: str, forbidden: set[str],
             continue
         done.add(name)
         for node in defs.get(name, []):
+            if any(node is n for n in nodes):
+                continue
             nodes.append(node)
-            todo.extend(_names_in(node) - done)
+            todo.extend(_free_names(node) - done)
+    imports: list[tuple[str, str]] = []  # (module, name) imported by the answer's code
+    for node in nodes:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.ImportFrom):
+                imports.extend((sub.module or "", a.name) for a in sub.names)
+            elif isinstance(sub, ast.Import):
+                imports.extend((a.name, "") for a in sub.names)
     targets = []
     for shown in forbidden:
         dotted = shown.split()[0].rstrip(",.;")
         parts = dotted.split(".")
         targets.append((shown, parts[-1], parts[-2] if len(parts) > 1 else ""))
     hits: list[str] = []
-    used_names = set(done)
     for node in nodes:
         for sub in ast.walk(node):
             if isinstance(sub, ast.Attribute):
@@ -250,9 +297,7 @@ def answer_uses(cells: list[tuple[int, str]], answer: str, forbidden: set[str],
                 for shown, last, _ in targets:
                     if sub.args[1].value == last:
                         hits.append(shown)
-    for module, name, bound in imports:
-        if bound not in used_names:
-            continue
+    for module, name in imports:
         for shown, last, _ in targets:
             if name == last:
                 hits.append(shown)

@@ -1,0 +1,89 @@
+"""The grader's static scan (code/softmaxbook/exercises/scan.py), fast, no sandbox: the
+findings of the independent tester (issue 23, /work/briefs/findings-grader.md) as regression
+tests. Honest code is not flagged and not called forbidden; hidden routes to forbidden functions
+are."""
+
+from __future__ import annotations
+
+import pytest
+
+from softmaxbook.exercises import scan
+
+LSE_FORBIDDEN = {"torch.logsumexp", "torch.special.logsumexp", "torch.softmax"}
+
+RIGHT_LSE = (
+    "def stable_logsumexp(x):\n"
+    "    m = x.amax(dim=-1, keepdim=True)\n"
+    "    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))\n"
+    "    p = torch.exp(x - m)\n"
+    "    return (m + torch.log(p.sum(-1, keepdim=True))).squeeze(-1)\n")
+RIGHT_CE = (
+    "def mean_cross_entropy(logits, target):\n"
+    "    lse = stable_logsumexp(logits)\n"
+    "    return (lse - logits.gather(-1, target[:, None]).squeeze(-1)).mean()\n")
+
+
+# --- finding 0: a local name of the answer is not a top-level line of the same name ----------
+@pytest.mark.parametrize("exploration", [
+    # the Exercise 1.5 exploration cell the tester used (honest_shadow)
+    "logits = torch.tensor([2.0, 1.0, 0.5, -1.0, 1.8])\ntau = 1.7\n"
+    "p = torch.softmax(logits / tau, dim=-1)\nprint(tau, p.max().item())\n",
+    # testing the answer against torch at top level, with the answer's local and parameter names
+    "x = torch.randn(3, 4)\nm = torch.logsumexp(x, -1)  # what torch says\n"
+    "print(stable_logsumexp(x) - m)\n",
+    "for x in [torch.randn(3)]:\n    print(torch.logsumexp(x, -1))\n",
+])
+def test_answer_uses_ignores_top_level_names_shared_with_locals(exploration):
+    cells = [(10, RIGHT_LSE), (12, RIGHT_CE), (20, exploration)]
+    assert scan.answer_uses(cells, "stable_logsumexp", LSE_FORBIDDEN, True) == []
+    assert scan.answer_uses(cells, "mean_cross_entropy", LSE_FORBIDDEN, True) == []
+
+
+def test_answer_uses_still_follows_the_globals_the_answer_reads():
+    LSE_FORBIDDEN = {"torch.logsumexp"}
+    helper = "_lse = torch.logsumexp\n"
+    cells = [(1, helper), (2, "def stable_logsumexp(x):\n    return _lse(x, -1)\n"),
+             (3, RIGHT_CE)]
+    assert scan.answer_uses(cells, "stable_logsumexp", LSE_FORBIDDEN, False) == [
+        "torch.logsumexp"]
+    # transitively, through the function the answer calls
+    assert scan.answer_uses(cells, "mean_cross_entropy", LSE_FORBIDDEN, False) == [
+        "torch.logsumexp"]
+    # every binding of a global the answer reads counts (a later, unrun rebinding hides nothing)
+    cells = [(1, helper), (2, "if False:\n    _lse = print\n"),
+             (3, "def stable_logsumexp(x):\n    return _lse(x, -1)\n")]
+    assert scan.answer_uses(cells, "stable_logsumexp", LSE_FORBIDDEN, False) == [
+        "torch.logsumexp"]
+    # an import inside the answer's body, a nested function, a default argument, a decorator
+    for src in ["def stable_logsumexp(x):\n    from torch import logsumexp\n"
+                "    return logsumexp(x, -1)\n",
+                "def stable_logsumexp(x):\n    def inner(y):\n        return y.logsumexp(-1)\n"
+                "    return inner(x)\n",
+                "def stable_logsumexp(x, f=torch.logsumexp):\n    return f(x, -1)\n",
+                "g = torch.logsumexp\ndef stable_logsumexp(x, f=g):\n    return f(x, -1)\n",
+                "class K:\n    f = staticmethod(torch.logsumexp)\n"
+                "def stable_logsumexp(x):\n    return K.f(x, -1)\n"]:
+        assert scan.answer_uses([(1, src)], "stable_logsumexp", LSE_FORBIDDEN, False) == [
+            "torch.logsumexp"], src
+
+
+def test_answer_uses_the_honest_shadow_notebook():
+    """The tester's notebook honest_shadow: right answers, exploration cell with top-level
+    ``p = torch.softmax(...)``: was 'forbidden' for both exercises."""
+    import nbformat
+    from pathlib import Path
+
+    from softmaxbook.exercises.student import make_student_notebook
+
+    book = Path(__file__).resolve().parents[1] / "book"
+    nb = make_student_notebook(nbformat.read(book / "01_softmax.ipynb", as_version=4))
+    handout = [c.source for c in nb.cells if c.cell_type == "code"]
+    code = [(i, s) for i, s in enumerate(handout)] + [
+        (100, RIGHT_LSE), (101, RIGHT_CE),
+        (102, "# Exercise 1.5: your exploration here.\n"
+              "logits = torch.tensor([2.0, 1.0, 0.5, -1.0, 1.8])\ntau = 1.7\n"
+              "p = torch.softmax(logits / tau, dim=-1)\nprint(tau, p.max().item())\n")]
+    mine = scan.student_cells(code, handout)
+    assert scan.notebook_flags(mine, {}) == []
+    assert scan.answer_uses(mine, "stable_logsumexp", LSE_FORBIDDEN, True) == []
+    assert scan.answer_uses(mine, "mean_cross_entropy", LSE_FORBIDDEN, True) == []
