@@ -87,3 +87,64 @@ def test_answer_uses_the_honest_shadow_notebook():
     assert scan.notebook_flags(mine, {}) == []
     assert scan.answer_uses(mine, "stable_logsumexp", LSE_FORBIDDEN, True) == []
     assert scan.answer_uses(mine, "mean_cross_entropy", LSE_FORBIDDEN, True) == []
+
+
+# --- findings 0b and 13: configuration lines and the book's own progress cell ---------------
+@pytest.mark.parametrize("source", [
+    "import matplotlib.pyplot as plt\nplt.rcParams['figure.figsize'] = (8, 4)",
+    "import matplotlib as mpl\nmpl.rcParams['font.size'] = 12",
+    "import os\nos.environ['OMP_NUM_THREADS'] = '1'",
+    "import torch\ntorch.backends.cudnn.deterministic = True",
+    "import torch\ntorch.backends.cudnn.benchmark = False",
+    "import pandas as pd\npd.options.display.max_rows = 10",
+    "import os\ndel os.environ['OMP_NUM_THREADS']",
+])
+def test_scan_does_not_flag_configuration_lines(source):
+    assert scan.notebook_flags([(0, source)], {0: 1}) == [], source
+
+
+@pytest.mark.parametrize("source", [
+    "import os\nos.environ = {}",
+    "import torch\ntorch.backends = None",
+    "import matplotlib.pyplot as plt\nplt.rcParams.__class__ = dict",
+    "import torch\ntorch.backends.__dict__['x'] = 1",
+    "import torch\ntorch.softmax = torch.exp",
+])
+def test_scan_still_flags_module_assignments_that_are_not_configuration(source):
+    assert scan.notebook_flags([(0, source)], {0: 1}), source
+
+
+PROGRESS = ("from softmaxbook.exercises.progress import progress\n\n"
+            "progress([\n    ('softmax-stable-lse', 'stable_logsumexp', '1.1'),\n"
+            "    ('softmax-cross-entropy', 'mean_cross_entropy', '1.2')\n"
+            "], globals(), by_hand=[('1.3', 'derivation')])")
+
+
+def test_the_books_progress_cell_is_not_the_students_code_without_its_tag():
+    """The tester's notebook colab (finding 13): the cell tags dropped, the book's verbatim
+    progress cell (or one from an older handout) flagged the notebook."""
+    from softmaxbook.exercises.student import make_student_notebook
+    import nbformat
+    from pathlib import Path
+
+    book = Path(__file__).resolve().parents[1] / "book"
+    nb = make_student_notebook(nbformat.read(book / "01_softmax.ipynb", as_version=4))
+    cells = [c.source for c in nb.cells if c.cell_type == "code"]
+    progress_cells = [s for s in cells if "import progress" in s]
+    assert progress_cells
+    for src in progress_cells + [PROGRESS, PROGRESS.replace("'1.1'", "'1.1'),\n    ('a', 'b', 'c'")]:
+        assert scan.student_cells([(5, src)], []) == [], src
+        assert scan.notebook_flags(scan.student_cells([(5, src)], []), {}) == []
+
+
+@pytest.mark.parametrize("source", [
+    # code hidden in an answer string, which progress() evaluates
+    PROGRESS.replace("'stable_logsumexp'", "\"__import__('os').system('x')\""),
+    PROGRESS + "\nimport sys\nsys.modules.clear()",
+    PROGRESS.replace("import progress", "import progress, _REGISTRY"),
+    PROGRESS.replace("globals()", "vars()"),
+    PROGRESS.replace("progress([", "progress = print\nprogress(["),
+])
+def test_a_progress_lookalike_is_still_scanned(source):
+    mine = scan.student_cells([(5, source)], [])
+    assert mine and scan.notebook_flags(mine, {5: 1}), source

@@ -59,10 +59,51 @@ def _norm(src: str) -> str:
     return "\n".join(line.rstrip() for line in src.strip().splitlines())
 
 
+def _is_progress_cell(src: str) -> bool:
+    """The book's own progress cell (:func:`softmaxbook.exercises.student.make_student_notebook`),
+    recognised by its form, not by its tag (an editor or a copy may drop the tag, or the handout
+    may have changed since): ``from softmaxbook.exercises.progress import progress`` and one call
+    ``progress([(label, answer, number), ...], globals(), by_hand=[(number, kind), ...])`` with
+    literal strings only, each answer a plain (dotted) name (``progress`` evaluates it)."""
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return False
+    if len(tree.body) != 2:
+        return False
+    imp, call = tree.body
+    if not (isinstance(imp, ast.ImportFrom) and imp.module == "softmaxbook.exercises.progress"
+            and imp.level == 0 and len(imp.names) == 1 and imp.names[0].name == "progress"
+            and imp.names[0].asname is None):
+        return False
+    if not (isinstance(call, ast.Expr) and isinstance(call.value, ast.Call)):
+        return False
+    c = call.value
+    if not (isinstance(c.func, ast.Name) and c.func.id == "progress" and len(c.args) == 2
+            and isinstance(c.args[1], ast.Call) and isinstance(c.args[1].func, ast.Name)
+            and c.args[1].func.id == "globals" and not c.args[1].args
+            and not c.args[1].keywords
+            and all(k.arg == "by_hand" for k in c.keywords) and len(c.keywords) <= 1):
+        return False
+
+    def literal_rows(node, width):
+        return isinstance(node, (ast.List, ast.Tuple)) and all(
+            isinstance(row, ast.Tuple) and len(row.elts) == width and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in row.elts)
+            for row in node.elts)
+
+    if not literal_rows(c.args[0], 3) or not all(
+            re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", row.elts[1].value)
+            for row in c.args[0].elts):
+        return False
+    return all(literal_rows(k.value, 2) for k in c.keywords)
+
+
 def student_cells(submitted: list[tuple[int, str]], pristine: list[str]) -> list[tuple[int, str]]:
-    """The cells of ``submitted`` ([(index, source)]) that are not verbatim book cells."""
+    """The cells of ``submitted`` ([(index, source)]) that are not verbatim book cells, nor the
+    book's progress cell (recognised by its form: :func:`_is_progress_cell`)."""
     known = {_norm(s) for s in pristine}
-    return [(i, s) for i, s in submitted if _norm(s) not in known]
+    return [(i, s) for i, s in submitted if _norm(s) not in known and not _is_progress_cell(s)]
 
 
 def _parse(src: str):
@@ -83,6 +124,29 @@ def _dotted(node) -> str | None:
         parts.append(node.id)
         return ".".join(reversed(parts))
     return None
+
+
+# configuration namespaces of modules: assigning an entry changes settings (figure size, the
+# environment, cuDNN's determinism, pandas' display), not the functions a check or an answer calls
+_CONFIG_NAMESPACES = {"rcParams", "environ", "options", "backends"}
+
+
+def _is_configuration(target) -> bool:
+    """``plt.rcParams["figure.figsize"]``, ``os.environ["OMP_NUM_THREADS"]``,
+    ``torch.backends.cudnn.deterministic``, ``pd.options.display.max_rows``: an entry *inside* a
+    configuration namespace directly below a module (not the namespace itself, no private or
+    dunder names on the way)."""
+    path = []
+    node = target
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        path.append(node.attr if isinstance(node, ast.Attribute) else "[]")
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return False
+    path.append(node.id)
+    path.reverse()
+    return (len(path) >= 3 and path[1] in _CONFIG_NAMESPACES
+            and not any(part.startswith("_") for part in path))
 
 
 def notebook_flags(cells: list[tuple[int, str]], code_numbers: dict[int, int]) -> list[str]:
@@ -173,6 +237,8 @@ def notebook_flags(cells: list[tuple[int, str]], code_numbers: dict[int, int]) -
                                 base = base.value
                             dotted = _dotted(sub.value) if isinstance(sub.value, (
                                 ast.Attribute, ast.Name)) else None
+                            if _is_configuration(sub):
+                                break
                             if isinstance(base, ast.Name) and (
                                     base.id in imported_modules or base.id in (
                                         "torch", "sys", "np", "numpy", "math", "os", "nn", "F",
