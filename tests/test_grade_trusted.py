@@ -196,3 +196,64 @@ def test_the_sandbox_gets_the_salt_only_after_the_cells(tmp_path):
     entry = run.record["records"][0]
     assert verdict("softmax-stable-lse", entry, salt=salt).status == "passed"
     assert verdict("softmax-stable-lse", entry, salt=0).tampered
+
+
+def _forge_value(entry, value):
+    """``entry`` with its first returned result replaced by ``value`` (what a notebook's exit
+    handler or thread could write into the record)."""
+    calls = [dict(c) for c in entry["calls"]]
+    first = next(c for c in calls if c.get("outcome") == "return")
+    first["value"] = value
+    return dict(entry, calls=calls)
+
+
+def test_a_forged_record_cannot_make_the_grader_expand_it():
+    """Finding 7 (issue 23): a shared list (a DAG: tiny file, 4**11 or 1000**25 leaves), a
+    stride-0 expanded tensor (4 bytes of data, 1 GiB as a result) and deep nesting are refused
+    as malformed, quickly, without building them; a value just under the limits decodes."""
+    from softmaxbook.exercises import replay
+
+    entry = record("softmax-stable-lse", good_lse)
+    v = ["int", "1"]
+    for _ in range(11):
+        v = ["list", [v] * 4]
+    wide = ["int", "1"]
+    for _ in range(25):
+        wide = ["list", [wide] * 1000]
+    big = ["tensor", torch.zeros(1).expand(2 ** 28), False]
+    strided = ["tensor", torch.zeros(10)[::2], False]
+    deep = ["int", "1"]
+    for _ in range(40):
+        deep = ["list", [deep]]
+    for value in (v, wide, big, strided, deep):
+        t0 = time.monotonic()
+        out = verdict("softmax-stable-lse", _forge_value(entry, value))
+        assert out.status == "error" and out.tampered, (value[:1], out)
+        assert time.monotonic() - t0 < 10
+        with pytest.raises(replay._Malformed):
+            replay.decode(value)
+    # an answer returned as a value (not a function) goes through the same limits
+    assert verdict("softmax-stable-lse", {"label": "softmax-stable-lse", "answer": "value",
+                                          "value": wide}).tampered
+    ok = replay.decode(["list", [["int", "1"]] * (replay.MAX_NODES - 10)])
+    assert len(ok) == replay.MAX_NODES - 10
+    # derivatives sent back with a result are held to the same rule
+    bad = dict(entry["calls"][0], jacobians=[[[], [0], torch.zeros(1).expand(4, 4)]])
+    assert verdict("softmax-stable-lse", dict(entry, calls=[bad] + entry["calls"][1:])).tampered
+
+
+def test_the_replay_has_a_time_limit():
+    """Finding 7: the replay of a record stops at the check's time limit (a grader slot is not
+    held for ever) and flags the record."""
+    entry = record("softmax-stable-lse", good_lse)
+    v = ["int", "1"]
+    for _ in range(3):
+        v = ["list", [v] * 40]   # 64000 leaves: under the size limit, decoded in well under 1 s
+    t0 = time.monotonic()
+    out = verdict("softmax-stable-lse", _forge_value(entry, v), replay_timeout=0.0)
+    assert out.tampered and "took over" in out.tampered and time.monotonic() - t0 < 10
+    from softmaxbook.exercises import replay
+
+    with pytest.raises(replay._ReplayTimeout):  # decoding itself stops at the deadline
+        replay.decode(v, budget=replay._Budget(deadline=time.monotonic() - 1))
+

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -41,11 +42,58 @@ _DTYPES = {str(getattr(torch, n)): getattr(torch, n) for n in dir(torch)
            if isinstance(getattr(torch, n, None), torch.dtype)}
 
 
-def decode(obj, depth: int = 0):
+# What one recorded value may hold: the encoder writes a result as nested lists with tensors as
+# leaves; an honest answer's result is a few tensors. A record is the notebook's data (the
+# notebook can rewrite it), so decoding counts what it builds and refuses more than this.
+MAX_NODES = 100_000                 # containers, scalars and tensors in one value
+MAX_BYTES = 256 * 1024 * 1024       # tensor data and text in one value
+MAX_DEPTH = 25
+
+
+class _Budget:
+    """What is left to decode of one value: nodes, bytes, and the replay's deadline."""
+
+    def __init__(self, nodes: int = MAX_NODES, nbytes: int = MAX_BYTES,
+                 deadline: float | None = None):
+        self.nodes, self.bytes, self.deadline = nodes, nbytes, deadline
+
+    def take(self, nodes: int = 1, nbytes: int = 0):
+        self.nodes -= nodes
+        self.bytes -= nbytes
+        if self.nodes < 0 or self.bytes < 0:
+            raise _Malformed("malformed value (larger than any result the check needs: "
+                             f"more than {MAX_NODES} items or {MAX_BYTES >> 20} MiB)")
+        if self.deadline is not None and self.nodes % 1024 == 0 and \
+                time.monotonic() > self.deadline:
+            raise _ReplayTimeout()
+
+
+def _plain_tensor(t, budget: _Budget | None = None) -> torch.Tensor:
+    """``t`` if it is a dense CPU tensor that owns its data (what the encoder writes: contiguous,
+    its storage at least as large as its elements); counts its bytes. A stride-0 (expanded) or
+    otherwise aliased tensor could stand for far more data than the file holds: refused."""
+    if type(t) is not torch.Tensor or t.layout != torch.strided or t.device.type != "cpu" \
+            or t.is_quantized or not t.is_contiguous():
+        raise _Malformed("malformed value (not a plain tensor)")
+    nbytes = t.numel() * t.element_size()
+    if t.untyped_storage().nbytes() < nbytes + t.storage_offset() * t.element_size():
+        raise _Malformed("malformed value (a tensor larger than its data)")
+    if budget is not None:
+        budget.take(1, nbytes)
+    return t
+
+
+def decode(obj, depth: int = 0, budget: _Budget | None = None):
     """The value that :func:`softmaxbook.exercises.sandbox_runner.encode` encoded; raises
-    ``_Malformed`` for anything that encoder cannot have written."""
-    if depth > 25 or not isinstance(obj, list) or not obj or not isinstance(obj[0], str):
+    ``_Malformed`` for anything that encoder cannot have written, and for values beyond
+    :data:`MAX_NODES` items, :data:`MAX_BYTES` bytes or :data:`MAX_DEPTH` levels (counted as
+    they are built: a record that shares one list many times, a tiny file, is refused before it
+    is expanded); ``_ReplayTimeout`` once ``budget.deadline`` has passed."""
+    if budget is None:
+        budget = _Budget()
+    if depth > MAX_DEPTH or not isinstance(obj, list) or not obj or not isinstance(obj[0], str):
         raise _Malformed("malformed value")
+    budget.take()
     kind, rest = obj[0], obj[1:]
     try:
         if kind == "none":
@@ -61,42 +109,50 @@ def decode(obj, depth: int = 0):
         if kind == "complex":
             return complex(float(rest[0]), float(rest[1]))
         if kind == "str":
-            return rest[0] if isinstance(rest[0], str) else _bad()
+            if not isinstance(rest[0], str):
+                _bad()
+            budget.take(0, len(rest[0]))
+            return rest[0]
         if kind == "tensor":
             t, grad = rest
-            if type(t) is not torch.Tensor:
-                _bad()
-            t = t.clone()
+            t = _plain_tensor(t, budget).clone()
             if grad and t.is_floating_point():
                 t.requires_grad_(True)
             return t
         if kind == "generator":
             g = torch.Generator()
-            g.set_state(rest[0])
+            g.set_state(_plain_tensor(rest[0], budget))
             return g
         if kind == "size":
+            if not isinstance(rest[0], list) or len(rest[0]) > 64:
+                _bad()
             return torch.Size([int(v) for v in rest[0]])
         if kind == "dtype":
             return _DTYPES[rest[0]]
         if kind in ("list", "tuple"):
-            items = [decode(v, depth + 1) for v in rest[0]]
+            if not isinstance(rest[0], list):
+                _bad()
+            items = [decode(v, depth + 1, budget) for v in rest[0]]
             return items if kind == "list" else tuple(items)
         if kind == "dict":
-            return {decode(k, depth + 1): decode(v, depth + 1) for k, v in rest[0]}
+            if not isinstance(rest[0], list):
+                _bad()
+            return {decode(k, depth + 1, budget): decode(v, depth + 1, budget)
+                    for k, v in rest[0]}
         if kind == "ndarray":
             import numpy as np
 
-            return np.asarray(rest[0].numpy()).copy() if type(rest[0]) is torch.Tensor else _bad()
+            return np.asarray(_plain_tensor(rest[0], budget).numpy()).copy()
         if kind == "npscalar":
             import numpy as np
 
-            return np.dtype(rest[0]).type(decode(rest[1], depth + 1))
+            return np.dtype(rest[0]).type(decode(rest[1], depth + 1, budget))
         if kind == "opaque":
             name, text = str(rest[0])[:100], str(rest[1])[:200]
             cls = type(name if name.isidentifier() else "object", (), {
                 "__repr__": lambda self, t=text: t, "__module__": "student"})
             return cls()
-    except _Malformed:
+    except (_Malformed, _ReplayTimeout):
         raise
     except Exception as err:  # noqa: BLE001
         raise _Malformed(f"malformed value ({type(err).__name__})") from None
@@ -135,8 +191,10 @@ class Replay:
     """Stands for the student's function in the grader: returns the recorded results in order,
     after checking that the grader calls it with the recorded arguments."""
 
-    def __init__(self, label: str, calls: list, name: str = "answer"):
+    def __init__(self, label: str, calls: list, name: str = "answer",
+                 deadline: float | None = None):
         self.label, self.calls, self.i = label, list(calls), 0
+        self.deadline = deadline  # time.monotonic() after which the replay stops
         self.__name__ = self.__qualname__ = name
         self.forbidden_names: set[str] = set()
         self.package_forbidden = False
@@ -148,6 +206,8 @@ class Replay:
 
         with torch._C.DisableTorchFunction():
             self._note_forbidden()
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                raise _ReplayTimeout()
             if self.i >= len(self.calls):
                 raise ReplayMismatch(f"the check called the function {self.i + 1} times, the "
                                      f"sandbox sent back {len(self.calls)} results")
@@ -165,10 +225,10 @@ class Replay:
                 for path, value in rec.get("changed", []):
                     t = _at(where, path)
                     if isinstance(t, torch.Tensor) and isinstance(value, torch.Tensor) \
-                            and value.shape == t.shape:
+                            and value.shape == t.shape and _plain_tensor(value) is value:
                         with torch.no_grad():
                             t.data.copy_(value)
-            except (KeyError, IndexError, TypeError, RuntimeError):
+            except (KeyError, IndexError, TypeError, RuntimeError, _Malformed):
                 raise ReplayMismatch(f"call {self.i}: malformed record") from None
             if rec.get("rng"):
                 torch.rand(1)  # the student's function drew from the global generator
@@ -180,7 +240,7 @@ class Replay:
             raise _ReplayTimeout()
         if outcome == "raise":
             typename = str(rec.get("type", "Exception"))[:100]
-            message = str(rec.get("message", ""))
+            message = str(rec.get("message", ""))[:2000]
             if rec.get("notimpl"):
                 raise NotImplementedError(message)
             if rec.get("kind") != "exception":
@@ -190,23 +250,28 @@ class Replay:
         if outcome != "return":
             raise ReplayMismatch(f"call {self.i}: no result")
         with torch._C.DisableTorchFunction():
+            budget = _Budget(deadline=self.deadline)
             try:
-                value = decode(rec.get("value"))
+                value = decode(rec.get("value"), budget=budget)
             except _Malformed as err:
                 raise ReplayMismatch(f"call {self.i}: {err}") from None
-            return self._graft(value, rec.get("jacobians", []), where)
+            return self._graft(value, rec.get("jacobians", []), where, budget)
 
-    def _graft(self, value, jacobians, where):
+    def _graft(self, value, jacobians, where, budget=None):
         """Give the recorded result the recorded first derivatives with respect to the grader's
         own input tensors (value unchanged; d value / d input = J)."""
         if not jacobians:
             return value
         sums: dict = {}
-        for po, pi, jac in jacobians:
+        if not isinstance(jacobians, list) or len(jacobians) > 1000:
+            raise ReplayMismatch("malformed derivatives")
+        for item in jacobians:
             try:
+                po, pi, jac = item
                 out = _at(value, po)
                 inp = _at(where, pi)
-            except (KeyError, IndexError, TypeError):
+                _plain_tensor(jac, budget)
+            except (KeyError, IndexError, TypeError, ValueError, _Malformed):
                 raise ReplayMismatch("malformed derivatives") from None
             if not (isinstance(out, torch.Tensor) and isinstance(inp, torch.Tensor)
                     and isinstance(jac, torch.Tensor) and inp.requires_grad
@@ -281,9 +346,12 @@ class Verdict:
 
 
 def verdict(label: str, entry: dict | None, check_timeout: float = 60,
-            salt: int = 0) -> Verdict:
+            salt: int = 0, replay_timeout: float | None = None) -> Verdict:
     """The grade of exercise ``label`` from the sandbox's record ``entry``, decided here with
-    the check's inputs drawn under ``salt`` (the one the sandbox's checks ran under)."""
+    the check's inputs drawn under ``salt`` (the one the sandbox's checks ran under).
+    ``replay_timeout`` (default ``2 * check_timeout + 60`` s: the replay only compares, the
+    sandbox also computed) bounds the time spent here on one record: past it, the replay stops
+    at its next recorded call or while decoding, and the record is flagged."""
     from . import ExerciseCheckFailed, check, salted
 
     if entry is None:
@@ -295,16 +363,26 @@ def verdict(label: str, entry: dict | None, check_timeout: float = 60,
         return Verdict("timeout", "evaluating the answer did not finish in time.")
     if answer == "error":
         return Verdict("error", f"evaluating the answer raised {entry.get('message', '?')}")
+    if replay_timeout is None:
+        replay_timeout = 2 * check_timeout + 60
+    deadline = time.monotonic() + replay_timeout  # the replay's own time limit
     if answer == "value":
         try:
-            value = decode(entry.get("value"))
+            value = decode(entry.get("value"), budget=_Budget(deadline=deadline))
         except _Malformed as err:
             return Verdict("error", "the answer could not be read back.", tampered=str(err))
+        except _ReplayTimeout:
+            return Verdict("error", "the answer could not be read back in time.",
+                           tampered="decoding the recorded value ran past the time limit")
     elif answer == "function":
         from . import _load
 
         _load(label)  # the check's module and the book's modules it uses, before the snapshot
-        value = Replay(label, entry.get("calls") or [])
+        calls = entry.get("calls") or []
+        if not isinstance(calls, list) or len(calls) > 100_000:
+            return Verdict("error", "the results sent back could not be read.",
+                           tampered="malformed list of calls")
+        value = Replay(label, calls, deadline=deadline)
     else:
         return Verdict("error", "no result came back for this exercise.")
     out = io.StringIO()
@@ -315,6 +393,10 @@ def verdict(label: str, entry: dict | None, check_timeout: float = 60,
         return Verdict("error", "the results sent back by the notebook do not match the "
                                 "check's inputs.", tampered=str(err))
     except _ReplayTimeout:
+        if time.monotonic() > deadline:  # here, not in the sandbox: the record is at fault
+            return Verdict("error", "the results sent back by the notebook could not be "
+                                    "checked in time.",
+                           tampered=f"replaying the record took over {replay_timeout:g} s")
         return Verdict("timeout", f"the check did not finish within {check_timeout:g} s "
                                   "(an endless loop?).")
     except ExerciseCheckFailed as err:
