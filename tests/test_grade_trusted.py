@@ -257,3 +257,53 @@ def test_the_replay_has_a_time_limit():
     with pytest.raises(replay._ReplayTimeout):  # decoding itself stops at the deadline
         replay.decode(v, budget=replay._Budget(deadline=time.monotonic() - 1))
 
+
+ATEXIT_FORGE = """import atexit
+import torch
+def _after():
+    rec = torch.load('../record.pt', weights_only=True)
+    rec['records'] = [dict(e, calls=[]) for e in rec['records']]
+    torch.save(rec, '../record.pt')
+atexit.register(_after)
+"""
+
+
+def test_a_notebook_cannot_rewrite_the_record_after_the_runner(tmp_path):
+    """Finding 7 (issue 23): an exit handler registered by a cell used to rewrite record.pt
+    after the runner wrote it, and the grader read the rewritten file. Now the runner ends with
+    os._exit (no exit handler runs) and the grader takes record.pt only with the seal (its
+    SHA-256) that the runner sent through its pipe."""
+    from softmaxbook.exercises.sandbox import run_notebook
+
+    cells = [(0, ATEXIT_FORGE),
+             (1, "def lse(x):\n    m = x.amax(dim=-1, keepdim=True)\n"
+                 "    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)\n"
+                 "    return (m + torch.log(torch.exp(x - m).sum(-1, keepdim=True)))"
+                 ".squeeze(-1)\n")]
+    run = run_notebook(cells, [{"label": "softmax-stable-lse", "answer": "lse"}], None,
+                       "x.ipynb", cell_timeout=60, check_timeout=60, notebook_timeout=120,
+                       unsafe=True, salt=7)
+    assert run.tampered is None and run.record is not None, run
+    entry = run.record["records"][0]
+    assert entry["calls"], "the exit handler's rewrite reached the grader"
+    assert verdict("softmax-stable-lse", entry, salt=7).status == "passed"
+
+
+def test_the_grader_takes_only_the_sealed_record(tmp_path):
+    import hashlib
+
+    from softmaxbook.exercises.sandbox import _load_record
+
+    path = tmp_path / "record.pt"
+    torch.save({"records": []}, path)
+    good = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert _load_record(path, f"cells-done\nrecord {good}\n".encode()) == ({"records": []}, None)
+    torch.save({"records": [], "forged": 1}, path)  # rewritten after the seal
+    record, why = _load_record(path, f"cells-done\nrecord {good}\n".encode())
+    assert record is None and "changed" in why
+    forged = hashlib.sha256(path.read_bytes()).hexdigest()  # a second seal sent by the notebook
+    record, why = _load_record(path, f"record {forged}\nrecord {good}\n".encode())
+    assert record is None and why
+    record, why = _load_record(path, b"cells-done\n")  # no seal at all
+    assert record is None and "seal" in why
+    assert _load_record(tmp_path / "none.pt", b"") == (None, None)  # no record: not tampering

@@ -301,6 +301,9 @@ def grade_notebook(path: Path, exercises: list[ExerciseInfo], folder: Path | Non
                               "the cells after it were not run, the checks ran on what the cells "
                               "before had defined.")
     records = {}
+    if run.tampered:
+        grade.flags.append(f"{run.tampered} (sealed by the grader's runner, then rewritten "
+                           "or never sealed: something in the notebook changed it).")
     if run.record is not None and checked and run.record.get("salt_received") is not True:
         grade.flags.append("the checks did not start: the grader's secret for their inputs, "
                            "sent once the cells were done, did not reach them (something in "

@@ -65,6 +65,7 @@ class RunResult:
     exited: int | None = None                       # cell that called exit()
     seconds: float = 0.0
     cpu_seconds: float = 0.0                        # CPU time the runner reported (untrusted)
+    tampered: str | None = None                     # record.pt not what the runner sealed
 
 
 def _ro_paths() -> list[str]:
@@ -157,16 +158,39 @@ def _progress(path: Path) -> list[dict]:
     return out
 
 
-def _load_record(path: Path) -> dict | None:
+_MAX_RECORD = 512 * 1024 * 1024
+_MAX_READY = 4096  # bytes kept of the ready pipe ("cells-done", then the record's seal)
+
+
+def _load_record(path: Path, ready: bytes | None = None) -> tuple[dict | None, str | None]:
+    """(record, None), or (None, why) when ``path`` exists but is not what the runner sealed
+    (``ready``: what it wrote to its ready pipe, whose ``record <sha256>`` lines must all name
+    the file's bytes); (None, None) when there is no record. ``ready=None``: no seal needed."""
+    import hashlib
+    import io
+
     import torch
 
     try:
-        if not path.is_file() or path.is_symlink() or path.stat().st_size > 512 * 1024 * 1024:
-            return None
-        data = torch.load(path, weights_only=True)
-    except Exception:  # noqa: BLE001 - a missing or forged record is no record
-        return None
-    return data if isinstance(data, dict) else None
+        if path.is_symlink() or not path.exists():
+            return None, None
+        if not path.is_file() or path.stat().st_size > _MAX_RECORD:
+            return None, "the record is not a file or too large"
+        with open(path, "rb") as fh:
+            raw = fh.read(_MAX_RECORD + 1)
+    except OSError:
+        return None, None
+    if ready is not None:
+        seals = {ln.split()[1] for ln in ready.decode("ascii", "replace").splitlines()
+                 if ln.startswith("record ") and len(ln.split()) == 2}
+        if seals != {hashlib.sha256(raw).hexdigest()}:
+            return None, ("the record of results was changed after the checks wrote it"
+                          if seals else "the record of results came without its seal")
+    try:
+        data = torch.load(io.BytesIO(raw), weights_only=True)
+    except Exception:  # noqa: BLE001 - a forged record is no record
+        return None, "the record of results could not be read"
+    return (data, None) if isinstance(data, dict) else (None, "malformed record of results")
 
 
 def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path | None,
@@ -254,8 +278,8 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
                     seen_size = size
                     events = _progress(jobdir / "progress.jsonl")
                 last = events[-1] if events else None
+                ready = (ready + _read_ready(ready_r))[:_MAX_READY]
                 if not salt_sent:
-                    ready += _read_ready(ready_r)
                     if b"cells-done" in ready:
                         salt_sent = True
                         _send_salt(salt_w, salt)
@@ -273,9 +297,14 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
                     break
             if not salt_sent:
                 os.close(salt_w)
+            for _ in range(64):  # the rest of the ready pipe: the seal (its writers are gone)
+                more = _read_ready(ready_r)
+                if not more:
+                    break
+                ready = (ready + more)[:_MAX_READY]
             os.close(ready_r)
             events = _progress(jobdir / "progress.jsonl")
-            record = _load_record(jobdir / "record.pt")
+            record, result.tampered = _load_record(jobdir / "record.pt", ready)
         for e in events:
             if e.get("event") == "done" and isinstance(e.get("cpu"), (int, float)):
                 result.cpu_seconds += float(e["cpu"])  # as the sandbox reports it
@@ -290,6 +319,8 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
                                                    "ones were not run."))
         if record is not None:
             result.record = record
+            break
+        if result.tampered:
             break
         last = next((e for e in reversed(events) if e.get("event") in ("start", "check")), None)
         why = killed[0] if killed else "died"
@@ -327,9 +358,9 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
 
 
 def _read_ready(fd: int) -> bytes:
-    """What the runner has written to its "cells done" pipe so far (never blocks)."""
+    """What the runner has written to its ready pipe so far (never blocks)."""
     try:
-        return os.read(fd, 64)
+        return os.read(fd, 65536)
     except (BlockingIOError, OSError):
         return b""
 

@@ -21,7 +21,12 @@ The checks run under the grader's secret per-run salt (their inputs change with 
 in no file: once the cells are done the runner writes ``cells-done`` to one pipe
 (``job["ready_fd"]``) and reads the salt from another (``job["salt_fd"]``), which the grader
 writes to only then. A record whose calls were made under another salt does not match the
-grader's inputs and is flagged.
+grader's inputs and is flagged. After the checks, the runner writes ``record.pt``, sends its
+SHA-256 through the ready pipe (``record <hex>``), and ends with ``os._exit`` (no exit handler
+of the notebook runs): the grader accepts ``record.pt`` only with that seal, so a notebook that
+rewrites the record afterwards (an exit handler, a thread, a child process) is flagged. The
+record is still the notebook's data (its code runs in this process): the grader decodes it
+within size and time limits (:func:`softmaxbook.exercises.replay.decode`).
 """
 
 from __future__ import annotations
@@ -380,7 +385,7 @@ def run(jobdir: str) -> int:
     shell.exit_now = False
     progress(event="cells-done")
     salt = _read_salt(job.get("salt_fd"), timeout=60.0) if _say_ready(job.get("ready_fd")) \
-        else None
+        else None  # (the ready pipe stays open: the record's seal goes through it too)
     import torch
 
     from . import check, salted
@@ -425,10 +430,17 @@ def run(jobdir: str) -> int:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             sys.stdout, sys.stderr = real_out, real_err
-    tmp = os.path.join(jobdir, "record.pt.tmp")
+    data = io.BytesIO()
     torch.save({"records": records, "exited": exited, "salt_received": salt is not None},
-               tmp)
+               data)
+    data = data.getvalue()
+    tmp = os.path.join(jobdir, "record.pt.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
     os.replace(tmp, os.path.join(jobdir, "record.pt"))
+    # the seal: the grader accepts record.pt only if it still has these bytes (a notebook's
+    # exit handler, thread or child process that rewrites it afterwards is caught)
+    _seal(job.get("ready_fd"), hashlib.sha256(data).hexdigest())
     import resource
 
     use = resource.getrusage(resource.RUSAGE_SELF)
@@ -446,6 +458,16 @@ def _say_ready(fd) -> bool:
         return True
     except OSError:
         return False
+
+
+def _seal(fd, sha256: str) -> None:
+    """Send the record's SHA-256 through the ready pipe ``fd`` and close it."""
+    if type(fd) is not int:
+        return
+    try:
+        os.write(fd, f"record {sha256}\n".encode())
+    except OSError:
+        pass
     finally:
         try:
             os.close(fd)
@@ -487,4 +509,11 @@ def _read_salt(fd, timeout: float) -> int | None:
 
 
 if __name__ == "__main__":
-    sys.exit(run(sys.argv[1]))
+    status = run(sys.argv[1])
+    # os._exit, not sys.exit: the exit handlers a notebook registered (atexit, weakref
+    # finalizers, __del__) never run after the record is written and sealed
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(status)
