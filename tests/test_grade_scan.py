@@ -96,7 +96,7 @@ def test_answer_uses_the_honest_shadow_notebook():
     "import os\nos.environ['OMP_NUM_THREADS'] = '1'",
     "import torch\ntorch.backends.cudnn.deterministic = True",
     "import torch\ntorch.backends.cudnn.benchmark = False",
-    "import pandas as pd\npd.options.display.max_rows = 10",
+    "pd.options.display.max_rows = 10",  # pandas is not installed here (an import is flagged)
     "import os\ndel os.environ['OMP_NUM_THREADS']",
 ])
 def test_scan_does_not_flag_configuration_lines(source):
@@ -148,3 +148,64 @@ def test_the_books_progress_cell_is_not_the_students_code_without_its_tag():
 def test_a_progress_lookalike_is_still_scanned(source):
     mine = scan.student_cells([(5, source)], [])
     assert mine and scan.notebook_flags(mine, {5: 1}), source
+
+
+# --- finding 6: names hidden in strings, helper files, torch's function-mode stack ----------
+@pytest.mark.parametrize("source", [
+    # the tester's ops_hidden / ce_ops_hidden / pop_guard / file_helper / bash_helper cells
+    "import operator\nimport torch\n"
+    "_lse = operator.attrgetter('ops.aten.logsum' + 'exp.default')(torch)",
+    "import operator\nf = operator.attrgetter('ops.aten.cross_entropy_loss.default')(torch)",
+    "import operator\npop = operator.attrgetter('_C._pop_torch_function_stack')(torch)",
+    "from operator import attrgetter\nf = attrgetter(name)(torch)",
+    "from operator import methodcaller\nf = methodcaller('logsum' + 'exp', -1)",
+    "f = torch.__getattribute__('logsum' + 'exp')",
+    "f = type(torch).__getattribute__(torch, 'logsumexp')",
+    "f = torch.__dict__['logsum' + 'exp']",
+    "d = vars(torch)\nf = d['logsumexp']",
+    "f = getattr(torch, '_C')",
+    "f = getattr(torch, 'ops')",
+    "open('helper.py', 'w').write('import torch')",
+    "from pathlib import Path\nPath('h' + '.py').write_text(src)",
+    "name = 'helper'\nopen(f'{name}.py', 'w').write(src)",
+    "from helper import lse",
+    "import helper",
+    "from .helper import lse",
+    "%%writefile helper.py\nimport torch\n",
+    "%%bash\necho 'import torch' > helper.py\n",
+    "!echo 'x = 1' > helper.py",
+    "s = 'torch._C._pop_torch_function_stack'",
+    "from operator import attrgetter as ag\nf = ag(name)(torch)",
+    "import operator\nag = operator.attrgetter\nf = ag(name)(torch)",
+    "from torch._C import _pop_torch_function_stack",
+    "from torch import _C",
+    "import torch.overrides",
+])
+def test_scan_flags_names_hidden_in_strings_and_helper_files(source):
+    assert scan.notebook_flags([(0, source)], {0: 1}), source
+
+
+@pytest.mark.parametrize("source", [
+    "from operator import attrgetter\nrows.sort(key=attrgetter('score'))",
+    "import operator\nf = operator.itemgetter(1)",
+    "import matplotlib.pyplot as plt\nfig = plt.figure()",
+    "value = getattr(obj, 'shape')",
+    "import numpy as np\nimport torch\nimport scipy.stats",
+])
+def test_scan_does_not_flag_harmless_lookups(source):
+    assert scan.notebook_flags([(0, source)], {0: 1}) == [], source
+
+
+@pytest.mark.parametrize("answer", [
+    "def stable_logsumexp(x):\n    return torch.ops.aten.logsumexp.default(x, [-1])\n",
+    "import torch\nops = torch.ops\ndef stable_logsumexp(x):\n"
+    "    return ops.aten.logsumexp.default(x, [-1])\n",
+    "from torch import ops\ndef stable_logsumexp(x):\n"
+    "    return ops.aten.logsumexp.default(x, [-1])\n",
+])
+def test_answer_uses_torch_ops_is_forbidden(answer):
+    """The runtime guard (a __torch_function__ mode) does not see torch.ops.aten calls."""
+    used = scan.answer_uses([(1, answer)], "stable_logsumexp", {"torch.logsumexp"}, False)
+    assert any(u.startswith("torch.ops") for u in used), used
+    # where nothing is forbidden, torch.ops is not reported
+    assert scan.answer_uses([(1, answer)], "stable_logsumexp", set(), False) == []

@@ -149,6 +149,112 @@ def _is_configuration(target) -> bool:
             and not any(part.startswith("_") for part in path))
 
 
+# Names a student's code reaches through strings (finding 6 of issue 23's tester): the scan
+# cannot read a name built at run time, so the routes themselves are flagged.
+_BY_NAME = {"attrgetter", "methodcaller"}
+_DISPATCH_WORDS = ("torch_function", "function_stack", "_python_dispatch", "DisableTorch",
+                   "_dispatch_tls", "_pop_mode", "_push_mode")
+
+
+def _risky_name(text: str) -> bool:
+    """A literal attribute path (``"ops.aten.logsumexp"``, ``"_C._pop_torch_function_stack"``)
+    that leads to private or dispatch internals, the aten operators or a flagged name."""
+    return any(part.startswith("_") or part in ("ops", "aten", "overrides") or
+               (part in _FLAG_ATTRS and _FLAG_ATTRS[part]) for part in text.split(".")) or \
+        any(w in text for w in _DISPATCH_WORDS)
+
+
+def _magic_flags(i, src: str, add) -> None:
+    """IPython magics and shell lines that write Python files (``%%writefile helper.py``,
+    ``!echo ... > helper.py``, a ``%%bash`` cell): code that arrives as data is never scanned."""
+    lines = src.splitlines()
+    magic = [ln for ln in lines if ln.lstrip().startswith(("%", "!"))]
+    if lines and lines[0].lstrip().startswith("%%"):
+        magic = lines
+    text = "\n".join(magic)
+    if re.search(r"\.py(?![A-Za-z0-9_])", text):
+        add(i, "a .py file from a magic or shell line", "writes or runs Python code the scan "
+                                                          "cannot read")
+    if any(w in text for w in _DISPATCH_WORDS + ("torch._C", "torch.ops")):
+        add(i, "torch internals in a magic or shell line", "uses torch's internal dispatch")
+
+
+def _string_route_flags(i, tree, add) -> None:
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if re.search(r"\.py[cw]?$", node.value.strip()):
+                add(i, repr(node.value[-40:]), "names a Python file (a module written by the "
+                                               "notebook is code the scan cannot read)")
+            if any(w in node.value for w in _DISPATCH_WORDS):
+                add(i, repr(node.value[:40]), "names torch's function-mode internals")
+        elif isinstance(node, ast.Attribute) and node.attr in ("__getattribute__", "__dict__",
+                                                               "__getattr__"):
+            add(i, f"...{node.attr}", "looks up attributes by a name in a string")
+        elif isinstance(node, ast.Attribute) and node.attr in _BY_NAME or \
+                isinstance(node, ast.Name) and node.id in _BY_NAME:
+            if id(node) not in called:  # judged at the call below, unless passed around
+                add(i, getattr(node, "attr", None) or node.id, "looks up attributes by a name "
+                                                              "in a string")
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                add(i, f"from {'.' * node.level}{mod} import ...", "imports a module of the "
+                                                                  "notebook's own folder")
+            elif mod.startswith(("torch._C", "torch.overrides", "torch._dynamo",
+                                 "torch.utils._python_dispatch", "torch.ops", "torch._ops")):
+                add(i, f"from {mod} import ...", "uses torch's internal dispatch")
+            else:
+                _not_installed(i, mod, add)
+            for a in node.names:
+                if a.name in _BY_NAME and a.asname or a.name.startswith("_") or \
+                        a.name == "ops" and mod == "torch" or \
+                        any(w in a.name for w in _DISPATCH_WORDS):
+                    add(i, f"from {mod} import {a.name}", "reaches attributes by name or "
+                                                           "torch's internals")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith(("torch._C", "torch.overrides", "torch._dynamo",
+                                      "torch.utils._python_dispatch", "torch._ops")):
+                    add(i, f"import {a.name}", "uses torch's internal dispatch")
+                else:
+                    _not_installed(i, a.name, add)
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else (
+                f.id if isinstance(f, ast.Name) else "")
+            if name in _BY_NAME or name == "getattr" and len(node.args) > 1:
+                args = node.args[1:2] if name == "getattr" else list(node.args)
+                for a in args:
+                    if not (isinstance(a, ast.Constant) and isinstance(a.value, str)):
+                        add(i, f"{name}(<computed name>)", "looks up an attribute by a "
+                                                           "computed name")
+                    elif _risky_name(a.value):
+                        add(i, f"{name}({a.value!r})", "reaches private attributes, torch's "
+                                                       "dispatch or aten operators by name")
+            elif name == "vars":
+                add(i, "vars(...)", "looks up attributes by a name in a string")
+
+
+def _not_installed(i, module: str, add) -> None:
+    """An import of a module that is neither installed nor part of Python: a file the notebook
+    wrote or the student handed in beside it, whose code the scan never reads."""
+    import importlib.util
+    import sys
+
+    top = module.split(".")[0]
+    if not top or top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        return
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        add(i, f"import {module}", "imports a module that is not an installed package (a file "
+                                   "written by the notebook or handed in beside it is code the "
+                                   "scan cannot read)")
+
+
 def notebook_flags(cells: list[tuple[int, str]], code_numbers: dict[int, int]) -> list[str]:
     """Reasons to flag the notebook, one line each ("code cell 3: ... sys.modules ...")."""
     found: list[str] = []
@@ -163,7 +269,10 @@ def notebook_flags(cells: list[tuple[int, str]], code_numbers: dict[int, int]) -
             add(i, "/proc" if "/proc" in src else ("gradebook" if "gradebook" in src
                                                    else "/work/"),
                 "reads the grader's or other students' files")
+        _magic_flags(i, src, add)
         tree = _parse(src)
+        if tree is not None:
+            _string_route_flags(i, tree, add)
         if tree is None:
             for name, why in _FLAG_ATTRS.items():
                 if why and re.search(rf"\b{re.escape(name)}\b", src):
@@ -349,6 +458,9 @@ def answer_uses(cells: list[tuple[int, str]], answer: str, forbidden: set[str],
     hits: list[str] = []
     for node in nodes:
         for sub in ast.walk(node):
+            if forbidden and isinstance(sub, ast.Attribute) and sub.attr == "ops" and \
+                    (_dotted(sub) or "").split(".")[0] in ("torch", "ops"):
+                hits.append("torch.ops (the aten operators behind the forbidden functions)")
             if isinstance(sub, ast.Attribute):
                 owner = sub.value.attr if isinstance(sub.value, ast.Attribute) else (
                     sub.value.id if isinstance(sub.value, ast.Name) else "")
@@ -364,6 +476,9 @@ def answer_uses(cells: list[tuple[int, str]], answer: str, forbidden: set[str],
                     if sub.args[1].value == last:
                         hits.append(shown)
     for module, name in imports:
+        if forbidden and (module.startswith(("torch.ops", "torch._ops")) or
+                          module == "torch" and name == "ops"):
+            hits.append("torch.ops (the aten operators behind the forbidden functions)")
         for shown, last, _ in targets:
             if name == last:
                 hits.append(shown)
