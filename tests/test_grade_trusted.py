@@ -307,3 +307,52 @@ def test_the_grader_takes_only_the_sealed_record(tmp_path):
     record, why = _load_record(path, b"cells-done\n")  # no seal at all
     assert record is None and "seal" in why
     assert _load_record(tmp_path / "none.pt", b"") == (None, None)  # no record: not tampering
+
+
+def test_a_sandbox_that_cannot_start_stops_the_grader(tmp_path):
+    """Finding 3 (issue 23): when the sandbox cannot start Python (a symlinked environment,
+    a broken bwrap), every student used to get 'error' under exit status 0 and a normal-looking
+    gradebook. Now the grader probes the sandbox first, says so and exits non-zero, and writes
+    no gradebook."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    # a bwrap that passes the grader's "can it create a sandbox" test but runs nothing
+    (fake / "bwrap").write_text('#!/bin/sh\n[ "$#" -le 6 ] && exit 0\nexit 127\n')
+    (fake / "bwrap").chmod(0o755)
+    book, subs = tmp_path / "book", tmp_path / "subs"
+    book.mkdir()
+    shutil.copy(BOOK / "01_softmax.ipynb", book)
+    (subs / "ann").mkdir(parents=True)
+    shutil.copy(BOOK / "01_softmax.ipynb", subs / "ann")
+    env = dict(os.environ, PATH=f"{fake}:/usr/bin:/bin")
+    proc = subprocess.run([sys.executable, "-m", "softmaxbook.exercises.grade", str(subs),
+                           "--book", str(book), "--out", str(tmp_path / "out")],
+                          env=env, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode != 0 and "sandbox cannot run Python" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out" / "gradebook.csv").exists()
+    assert not list((tmp_path / "out").glob("results/*.json"))
+
+
+def test_the_sandbox_starts_from_a_symlinked_environment(tmp_path):
+    """Finding 3's cause: a virtual environment reached through a symbolic link (bound in the
+    sandbox at its real path) ran Python by the link's path, which does not exist inside."""
+    import subprocess
+    import sys
+
+    from softmaxbook.exercises.sandbox import bwrap_path
+
+    if bwrap_path() is None:
+        pytest.skip("no bubblewrap here")
+    link = tmp_path / "venv"
+    link.symlink_to(os.path.realpath(sys.prefix))
+    code = ("from softmaxbook.exercises.sandbox import probe, bwrap_path\n"
+            "print('probe:', probe(bwrap=bwrap_path()))")
+    proc = subprocess.run([str(link / "bin" / "python"), "-c", code], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path)
+    assert "probe: None" in proc.stdout, proc.stdout + proc.stderr

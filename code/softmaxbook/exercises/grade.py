@@ -504,6 +504,17 @@ def grade_submissions(submissions: Path, book: Path, out: Path, *, toc_root: Pat
             continue
         todo.append((student, paths, fp, target))
 
+    if todo:
+        from .sandbox import probe
+
+        why = probe(unsafe=unsafe, bwrap=bwrap, limits=limits,
+                    timeout=max(cell_timeout, 120))
+        if why is not None:
+            raise RuntimeError(
+                "the sandbox cannot run Python here, so no student was graded (grading on "
+                f"would give every notebook an error): {why} Check that the grader's Python "
+                f"environment ({sys.prefix}) and bubblewrap work, then run the grader again.")
+
     def work(item):
         student, paths, fp, target = item
         grades, problems = _grade_student(student, paths, link_problems.get(student, []), ref,

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Limits", "RunResult", "bwrap_path", "run_notebook"]
+__all__ = ["Limits", "RunResult", "bwrap_path", "probe", "run_notebook"]
 
 NOBODY = 65534
 
@@ -239,7 +239,9 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
             if as_root and not unsafe:
                 for p in [jobdir, *jobdir.rglob("*")]:
                     os.lchown(p, NOBODY, NOBODY)
-            py = os.path.join(sys.prefix, "bin", "python")
+            # by its resolved path: the sandbox binds the environment there (a symlinked venv's
+            # own path does not exist inside)
+            py = os.path.join(os.path.realpath(sys.prefix), "bin", "python")
             if unsafe:
                 argv = [py, "-I", "-m", "softmaxbook.exercises.sandbox_runner", str(jobdir)]
                 env = {"PATH": "/usr/bin:/bin", "HOME": str(jobdir / "home"),
@@ -355,6 +357,25 @@ def run_notebook(cells: list[tuple[int, str]], checks: list[dict], folder: Path 
             break
     result.seconds = time.monotonic() - t0
     return result
+
+
+def probe(*, unsafe: bool = False, bwrap: str | None = None, limits: Limits | None = None,
+          timeout: float = 300) -> str | None:
+    """None if the sandbox can start Python and import torch and the book's package (what
+    every notebook needs), else what went wrong. A sandbox that cannot start is the grader's
+    problem: grading on would give every student an error."""
+    code = "import torch\nimport softmaxbook.exercises\nprint('sandbox probe ok')\n"
+    run = run_notebook([(0, code)], [], None, "probe.ipynb", cell_timeout=timeout,
+                       check_timeout=60, notebook_timeout=timeout, limits=limits,
+                       unsafe=unsafe, bwrap=bwrap, salt=0)
+    info = run.cells.get(0) or {}
+    if run.record is not None and not info.get("error") and \
+            "sandbox probe ok" in str(info.get("output", "")):
+        return None
+    why = "; ".join(m for _, m in run.problems) or (
+        f"importing torch and softmaxbook failed: {info['error']}" if info.get("error")
+        else "it wrote no results")
+    return why
 
 
 def _read_ready(fd: int) -> bytes:
