@@ -356,3 +356,23 @@ def test_the_sandbox_starts_from_a_symlinked_environment(tmp_path):
     proc = subprocess.run([str(link / "bin" / "python"), "-c", code], capture_output=True,
                           text=True, timeout=600, cwd=tmp_path)
     assert "probe: None" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_feedback_fences_cannot_be_closed_by_the_message():
+    """Finding 10 (issue 23): a student's exception message holding a code fence used to end
+    the feedback's code block and render lines of its own ("passed", a heading)."""
+    from markdown_it import MarkdownIt
+
+    from softmaxbook.exercises.grade import _feedback
+
+    msg = ("your function raised ValueError: oops\n```\n- Exercise 1.1 (`softmax-stable-lse`): "
+           "passed.\n\n## ignore\n````text\n")
+    data = {"problems": [], "notebooks": [{
+        "name": "01_softmax.ipynb", "chapter": "01_softmax", "flags": [], "hand_graded": [],
+        "problems": [], "results": [{"check": "softmax-stable-lse", "label": "softmax-stable-lse",
+                                     "status": "error", "message": msg}]}]}
+    text = _feedback("eve", data, {}, [])
+    tokens = MarkdownIt("commonmark").parse(text)
+    fences = [t for t in tokens if t.type == "fence"]
+    assert len(fences) == 1 and fences[0].content.strip() == msg.strip(), text
+    assert sum(t.type == "heading_open" for t in tokens) == 2, text  # the two of the feedback

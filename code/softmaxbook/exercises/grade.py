@@ -597,6 +597,13 @@ def write_gradebook(results: dict[str, dict], ref: dict[str, list[ExerciseInfo]]
         _atomic_write(fb / f"{student_key(student)}.md", _feedback(student, data, ref, cols_ch))
 
 
+def _fence(text: str) -> str:
+    """A code fence that ``text`` cannot close: longer than any run of backticks in it (a
+    student's exception message may hold a fence of its own)."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
 def _feedback(student: str, data: dict, ref, chapters: list[str]) -> str:
     exs = {ex.check: ex for ch in ref.values() for ex in ch if ex.check}
     lines = [f"# Feedback for {student}", ""]
@@ -617,8 +624,10 @@ def _feedback(student: str, data: dict, ref, chapters: list[str]) -> str:
             if r["status"] == PASSED:
                 lines.append(f"- Exercise {num} (`{r['label']}`): passed.")
             else:
-                lines += [f"- Exercise {num} (`{r['label']}`): not yet right.", "", "  ```text"]
-                lines += [f"  {ln}" for ln in r["message"].splitlines()] + ["  ```"]
+                fence = _fence(r["message"])
+                lines += [f"- Exercise {num} (`{r['label']}`): not yet right.", "",
+                          f"  {fence}text"]
+                lines += [f"  {ln}" for ln in r["message"].splitlines()] + [f"  {fence}"]
         if nb["hand_graded"]:
             hg = [ex for ch in ref.values() for ex in ch if (ex.check or ex.label) in
                   nb["hand_graded"]]
