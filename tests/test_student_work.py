@@ -44,6 +44,18 @@ def test_edited_notebook_survives(tmp_path):
     assert "you have edited it" in text and "05_euler_lagrange (new).ipynb" in text
     assert (out / "notes.md").read_text() == "mine"
     assert seconds < 60, f"book.py student took {seconds:.0f} s for one chapter"
+    # a rerun leaves an unedited (new) copy to be refreshed in place ...
+    text, _ = run_student(out, "5")
+    assert not (out / "05_euler_lagrange (new 2).ipynb").exists()
+    # ... but a student who worked in the (new) copy keeps that work too (review of issue 23)
+    new = out / "05_euler_lagrange (new).ipynb"
+    nb = nbformat.read(new, as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("my work in new"))
+    nbformat.write(nb, new)
+    text, _ = run_student(out, "5")
+    assert "my work in new" in new.read_text() and "my notes" in nb_path.read_text()
+    assert (out / "05_euler_lagrange (new 2).ipynb").is_file()
+    assert "05_euler_lagrange (new 2).ipynb" in text
 
 
 def _book_module():
@@ -66,3 +78,23 @@ def test_lab_opens_student_notebooks(tmp_path, monkeypatch):
     assert calls[-1][1:3] == ["lab", str(tmp_path / "work")] and "--allow-root" in calls[-1]
     book.lab(argparse.Namespace(authors=True, lab_args=[]))
     assert calls[-1][2] == str(ROOT / "book")
+
+
+def test_lab_passes_options_to_jupyterlab(monkeypatch, tmp_path):
+    # `book.py lab --no-browser --port 8893` (with or without "--") reaches JupyterLab; other
+    # commands still refuse options they do not know
+    book = _book_module()
+    calls = []
+    monkeypatch.setattr(book, "setup", lambda *a: None)
+    monkeypatch.setattr(book, "run", lambda cmd, **kw: calls.append([str(c) for c in cmd]))
+    monkeypatch.setattr(book, "WORK", tmp_path)
+    (tmp_path / "01_softmax.ipynb").write_text("{}")
+    for argv in (["lab", "--no-browser", "--port", "8893"],
+                 ["lab", "--", "--no-browser", "--port", "8893"],
+                 ["lab", "--authors", "--no-browser", "--port", "8893"]):
+        book.main(argv)
+        assert calls[-1][-3:] == ["--no-browser", "--port", "8893"] and "--" not in calls[-1]
+    assert calls[-1][2] == str(ROOT / "book")
+    import pytest
+    with pytest.raises(SystemExit):
+        book.main(["clean", "--no-such-option"])

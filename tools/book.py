@@ -204,6 +204,21 @@ def build_chapter(args) -> None:
 WORK = ROOT / "work"  # the student notebooks: outside _build/, ignored by git, never wiped
 
 
+def _beside(dest: Path, pristine: Path) -> Path:
+    """Where the new version of an edited notebook goes: ``NN_x (new).ipynb``, unless that copy
+    was edited too (it differs from what this command wrote there), then ``(new 2)``, ... A
+    student may well work in the copy the command pointed them to; it is never overwritten."""
+    import filecmp
+
+    k = 1
+    while True:
+        name = f"{dest.stem} (new).ipynb" if k == 1 else f"{dest.stem} (new {k}).ipynb"
+        beside, last = dest.with_name(name), pristine / name
+        if not beside.exists() or (last.exists() and filecmp.cmp(beside, last, shallow=False)):
+            return beside
+        k += 1
+
+
 def student(args=None) -> None:
     """Student notebooks (solutions replaced by stubs, outputs empty) in work/ (all chapters, or
     the chapters given: an assignment). A notebook there that was edited is never overwritten: the
@@ -235,8 +250,9 @@ def student(args=None) -> None:
             if edited and filecmp.cmp(dest, nb, shallow=False):
                 edited = False
             if edited:
-                beside = dest.with_name(f"{dest.stem} (new).ipynb")
+                beside = _beside(dest, pristine)
                 shutil.copyfile(nb, beside)
+                shutil.copyfile(nb, pristine / beside.name)
                 kept.append((dest, beside))
             else:
                 shutil.copyfile(nb, dest)
@@ -490,7 +506,7 @@ def lab(args=None) -> None:
     run(cmd + list(getattr(args, "lab_args", None) or []))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("setup", help="create/update .venv").set_defaults(func=setup)
@@ -565,13 +581,21 @@ def main() -> None:
     p = sub.add_parser("lab", help="open the student notebooks (work/) in JupyterLab")
     p.add_argument("--authors", action="store_true",
                    help="open the authors' notebooks in book/ instead (solutions visible)")
-    p.add_argument("lab_args", nargs=argparse.REMAINDER, help="extra arguments for jupyter lab")
+    p.add_argument("lab_args", nargs=argparse.REMAINDER,
+                   help="options for JupyterLab, e.g. --no-browser --port 8893")
     p.set_defaults(func=lab)
     p = sub.add_parser("sweep", help="measure the false-alarm rate of a chapter's asserts over "
                                      "many seeds (see tools/sweep.py --help)", add_help=False)
     p.add_argument("sweep_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=sweep)
-    args = parser.parse_args()
+    args, unknown = parser.parse_known_args(argv)
+    if args.command == "lab":
+        # everything book.py does not know goes to JupyterLab (--no-browser, --port 8893, ...),
+        # with or without a separating "--"
+        extra = unknown + list(args.lab_args or [])
+        args.lab_args = [a for i, a in enumerate(extra) if not (a == "--" and i == 0)]
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.func(args)
 
 
