@@ -17,6 +17,13 @@ from softmaxbook.exercises.replay import verdict
 from softmaxbook.exercises.sandbox_runner import Recorder, encode
 
 
+
+# an honest, right answer to softmax-stable-lse, as a student's cell
+HONEST_LSE = ("def lse(x):\n    m = x.amax(dim=-1, keepdim=True)\n"
+              "    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)\n"
+              "    return (m + torch.log(torch.exp(x - m).sum(-1, keepdim=True)))"
+              ".squeeze(-1)\n")
+
 def record(label, func):
     """What the sandbox sends back for ``func`` (recorded in this process, for the test)."""
     from softmaxbook.exercises import check
@@ -184,10 +191,7 @@ def test_the_sandbox_gets_the_salt_only_after_the_cells(tmp_path):
                  "try:\n    print('read', os.read(fd, 64))\n"
                  "except BlockingIOError:\n    print('nothing yet')\n"
                  "print(str(2 ** 60 + 4321) in job)"),  # the salt, not written out
-             (1, "def lse(x):\n    m = x.amax(dim=-1, keepdim=True)\n"
-                 "    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)\n"
-                 "    return (m + torch.log(torch.exp(x - m).sum(-1, keepdim=True)))"
-                 ".squeeze(-1)\n")]
+             (1, HONEST_LSE)]
     run = run_notebook(cells, [{"label": "softmax-stable-lse", "answer": "lse"}], None,
                        "x.ipynb", cell_timeout=60, check_timeout=60, notebook_timeout=120,
                        unsafe=True, salt=salt)
@@ -276,10 +280,7 @@ def test_a_notebook_cannot_rewrite_the_record_after_the_runner(tmp_path):
     from softmaxbook.exercises.sandbox import run_notebook
 
     cells = [(0, ATEXIT_FORGE),
-             (1, "def lse(x):\n    m = x.amax(dim=-1, keepdim=True)\n"
-                 "    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)\n"
-                 "    return (m + torch.log(torch.exp(x - m).sum(-1, keepdim=True)))"
-                 ".squeeze(-1)\n")]
+             (1, HONEST_LSE)]
     run = run_notebook(cells, [{"label": "softmax-stable-lse", "answer": "lse"}], None,
                        "x.ipynb", cell_timeout=60, check_timeout=60, notebook_timeout=120,
                        unsafe=True, salt=7)
