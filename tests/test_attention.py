@@ -80,6 +80,27 @@ def test_attention_bad_input(func):
         func(torch.tensor([[0.0, math.nan, 1.0]] * 2), a)
     with pytest.raises(TypeError, match="argument 'annotations'"):
         func(torch.randn(2, 3), a.long())
+    # no location, or no feature: nothing to attend to (the empty batch below is fine)
+    with pytest.raises(ValueError, match=r"'annotations' has shape \(2, 0, 4\).*one location"):
+        func(torch.randn(2, 0), torch.randn(2, 0, 4))
+    with pytest.raises(ValueError, match=r"'annotations' has shape \(2, 3, 0\)"):
+        func(torch.randn(2, 3), torch.randn(2, 3, 0))
+
+
+def test_attention_empty_batch_gives_empty_results():
+    """An empty batch (shape (0, L)) is accepted, as by the samplers of gumbel.py (the cold
+    review of chapter 9 found the two modules disagreeing): empty results of the right shapes,
+    and a backward pass that works."""
+    scores = torch.zeros(0, 3, dtype=D, requires_grad=True)
+    a = torch.zeros(0, 3, 5, dtype=D)
+    context, weights = soft_attention(scores, a)
+    assert context.shape == (0, 5) and weights.shape == (0, 3)
+    context, location, log_prob = hard_attention(scores, a,
+                                                 generator=torch.Generator().manual_seed(0))
+    assert context.shape == (0, 5) and location.shape == (0,) and log_prob.shape == (0,)
+    assert location.dtype == torch.long
+    log_prob.sum().backward()
+    assert scores.grad.shape == (0, 3)
 
 
 def test_glimpse_task_has_one_digit_per_example():

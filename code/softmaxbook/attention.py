@@ -62,12 +62,17 @@ METHODS = ("soft", "marginal", "reinforce", "reinforce-baseline", "reinforce-ent
 
 
 def _check_scores_annotations(scores, annotations, func: str):
-    scores = as_float_tensor(scores, "scores", func)
-    annotations = as_float_tensor(annotations, "annotations", func)
+    # An empty *batch* (a zero among the leading dimensions) gives an empty result, as in the
+    # samplers of gumbel.py; no location (L = 0) or an empty annotation (D = 0) is an error.
+    scores = as_float_tensor(scores, "scores", func, allow_empty=True)
+    annotations = as_float_tensor(annotations, "annotations", func, allow_empty=True)
     check_no_nan(scores, "scores", func)
     if annotations.dim() < 2:
         raise ValueError(f"{func}: argument 'annotations' must have shape [..., L, D], got "
                          f"{tuple(annotations.shape)}")
+    if annotations.shape[-2] == 0 or annotations.shape[-1] == 0:
+        raise ValueError(f"{func}: argument 'annotations' has shape {tuple(annotations.shape)}: "
+                         "it needs at least one location (L) with at least one feature (D)")
     if scores.shape != annotations.shape[:-1]:
         raise ValueError(f"{func}: argument 'scores' must have shape {tuple(annotations.shape[:-1])}"
                          f" (that of 'annotations', {tuple(annotations.shape)}, without its last "
