@@ -14,7 +14,7 @@ D = torch.float64
 
 
 def test_registered():
-    assert registered("choice") == ["choice-grad-alpha", "choice-values"]
+    assert registered("choice") == ["choice-grad-alpha", "choice-second-order", "choice-values"]
 
 
 # --- choice-values ---------------------------------------------------------------------------
@@ -443,3 +443,166 @@ def test_grad_accepts_right_answers(capsys):
 def test_grad_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("choice-grad-alpha", answer)
+
+
+# --- choice-second-order: ∂²ℓ/∂α² by the recursion for E = ∂²V/∂α² ----------------------------
+def _hess(alpha, beta, choices, rewards, *, e_factor=2.0, reset_unchosen=False, fisher=True,
+          curvature=True, fisher_sign=-1.0, beta_power=2, d_first=False, curv_sign=1.0,
+          decay=True):
+    V, Dk, E, h = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], 0.0
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = 1 / (1 + math.exp(-beta * (V[1] - V[0])))
+        if fisher:
+            h += fisher_sign * p * (1 - p) * beta ** beta_power * (Dk[1] - Dk[0]) ** 2
+        if curvature:
+            h += curv_sign * (c - p) * beta * (E[1] - E[0])
+        if d_first:
+            Dk[c] = r - V[c] + (1 - alpha) * Dk[c]
+        new_e = -e_factor * Dk[c] + ((1 - alpha) if decay else 1.0) * E[c]
+        if reset_unchosen:
+            E = [0.0, 0.0]
+        E[c] = new_e
+        if not d_first:
+            Dk[c] = r - V[c] + (1 - alpha) * Dk[c]
+        V[c] += alpha * (r - V[c])
+    return h
+
+
+def right_hess(alpha, beta, choices, rewards):
+    return _hess(alpha, beta, choices, rewards)
+
+
+def right_hess_separate(alpha, beta, choices, rewards):  # named variables, tanh, fsum, F = E/2
+    v0 = v1 = d0 = d1 = f0 = f1 = 0.0
+    terms = []
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = 0.5 * (1 + math.tanh(0.5 * beta * (v1 - v0)))
+        terms += [-p * (1 - p) * (beta * (d1 - d0)) ** 2, 2 * beta * (c - p) * (f1 - f0)]
+        if c:
+            f1, d1, v1 = -d1 + (1 - alpha) * f1, r - v1 + (1 - alpha) * d1, v1 + alpha * (r - v1)
+        else:
+            f0, d0, v0 = -d0 + (1 - alpha) * f0, r - v0 + (1 - alpha) * d0, v0 + alpha * (r - v0)
+    return math.fsum(terms)
+
+
+def right_hess_torch64(alpha, beta, choices, rewards):  # float64 tensors, a 0-d tensor back
+    V, Dk, E = (torch.zeros(2, dtype=D) for _ in range(3))
+    h = torch.zeros((), dtype=D)
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = torch.sigmoid(beta * (V[1] - V[0]))
+        h = h - p * (1 - p) * beta ** 2 * (Dk[1] - Dk[0]) ** 2 + (c - p) * beta * (E[1] - E[0])
+        E[c] = -2 * Dk[c] + (1 - alpha) * E[c]
+        Dk[c] = r - V[c] + (1 - alpha) * Dk[c]
+        V[c] = V[c] + alpha * (r - V[c])
+    return h
+
+
+def hess_central_difference(alpha, beta, choices, rewards, h=1e-5):  # of the exact gradient
+    return (right_grad(alpha + h, beta, choices, rewards)
+            - right_grad(alpha - h, beta, choices, rewards)) / (2 * h)
+
+
+def hess_richardson(alpha, beta, choices, rewards, h=1e-3):  # 4th order, of the exact gradient
+    def g(a):
+        return right_grad(a, beta, choices, rewards)
+    return (8 * (g(alpha + h) - g(alpha - h)) - (g(alpha + 2 * h) - g(alpha - 2 * h))) / (12 * h)
+
+
+def hess_autograd(alpha, beta, choices, rewards):  # right number, forbidden route
+    a = torch.tensor(alpha, dtype=D, requires_grad=True)
+    (g,) = torch.autograd.grad(_torch_log_lik(a, beta, choices, rewards), a, create_graph=True)
+    g.backward()
+    return float(a.grad)
+
+
+def hess_func(alpha, beta, choices, rewards):  # torch.func.hessian
+    return float(torch.func.hessian(lambda a: _torch_log_lik(a, beta, choices, rewards))(
+        torch.tensor(alpha, dtype=D)))
+
+
+def hess_package(alpha, beta, choices, rewards):  # fit_rw's own recursion
+    from softmaxbook import choice as package
+    _, _, (h_aa, _, _) = package._derivatives(
+        torch.tensor([alpha], dtype=D), torch.tensor([beta], dtype=D), choices.to(D)[:, None],
+        rewards.to(D)[:, None], 0.0, order=2)
+    return float(h_aa[0])
+
+
+def hess_complex_step(alpha, beta, choices, rewards):  # complex step of the exact gradient
+    import cmath
+    V, Dk, g = [0.0, 0.0], [0.0, 0.0], 0.0
+    a = alpha + 1e-30j
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = 1 / (1 + cmath.exp(-beta * (V[1] - V[0])))
+        g += beta * (c - p) * (Dk[1] - Dk[0])
+        Dk[c] = r - V[c] + (1 - a) * Dk[c]
+        V[c] += a * (r - V[c])
+    return g.imag / 1e-30
+
+
+def hess_float32(alpha, beta, choices, rewards):  # the recursion in float32 tensors
+    V, Dk, E = torch.zeros(2), torch.zeros(2), torch.zeros(2)
+    h = torch.zeros(())
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = torch.sigmoid(beta * (V[1] - V[0]))
+        h = h - p * (1 - p) * beta ** 2 * (Dk[1] - Dk[0]) ** 2 + (c - p) * beta * (E[1] - E[0])
+        E[c] = -2 * Dk[c] + (1 - alpha) * E[c]
+        Dk[c] = r - V[c] + (1 - alpha) * Dk[c]
+        V[c] = V[c] + alpha * (r - V[c])
+    return float(h)
+
+
+def test_second_order_reference_agrees_with_autograd():
+    from softmaxbook.exercises import choice as checks
+    for alpha, beta, c, r, _ in checks._cases():
+        want = hess_autograd(alpha, beta, c, r)
+        total, size = checks._hess_alpha_terms(alpha, beta, c, r)
+        assert abs(checks._package_hess_alpha(alpha, beta, c, r) - want) <= 1e-14 * size
+        assert abs(total - want) <= 1e-14 * size
+
+
+def test_second_order_accepts_right_answers(capsys):
+    for answer in (right_hess, right_hess_separate, right_hess_torch64):
+        assert check("choice-second-order", answer)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert printed.count("correct on 8 test cases") == 3
+
+
+FIRST = r"for input alpha=0.3, beta=3.0, 40 trials\n  expected ∂²ℓ/∂α²"
+
+
+@pytest.mark.parametrize("answer, message", [
+    # −D instead of −2D: −V_c and −αD_c each give a −D_c when differentiated
+    (lambda a, b, c, r: _hess(a, b, c, r, e_factor=1.0), FIRST),
+    (lambda a, b, c, r: _hess(a, b, c, r, reset_unchosen=True), FIRST),  # erratum 6 again
+    (lambda a, b, c, r: _hess(a, b, c, r, curvature=False), FIRST),  # Fisher part only
+    (lambda a, b, c, r: _hess(a, b, c, r, fisher=False), FIRST),  # (y − p) term only
+    (lambda a, b, c, r: _hess(a, b, c, r, fisher_sign=1.0), FIRST),  # +p(1 − p)
+    (lambda a, b, c, r: _hess(a, b, c, r, beta_power=1), FIRST),  # β instead of β²
+    (lambda a, b, c, r: _hess(a, b, c, r, d_first=True), FIRST),  # E update uses the new D
+    (lambda a, b, c, r: _hess(a, b, c, r, curv_sign=-1.0), FIRST),  # p − y
+    (lambda a, b, c, r: _hess(a, b, c, r, decay=False), FIRST),  # E not multiplied by 1 − α
+    (hess_central_difference, r"alpha=0.3, beta=3.0, 40 trials your ∂²ℓ/∂α² is close .*"
+                              r"off by .*numerical derivative"),
+    (hess_richardson, r"your ∂²ℓ/∂α² is close .* off by .*numerical derivative"),
+    (hess_float32, r"alpha=0.3, beta=3.0, 40 trials your ∂²ℓ/∂α² is close .*float32"),
+    (hess_autograd, r"calls torch.autograd.grad, which this exercise forbids"),
+    (hess_func, r"which this exercise forbids"),
+    (hess_package, r"calls softmaxbook.choice.rw_gradient"),
+    (hess_complex_step, r"calls complex arithmetic \(a complex-step derivative\)"),
+    (right_grad, FIRST),  # the first derivative
+    (lambda a, b, c, r: torch.zeros(2), "should be one number"),
+    (lambda a, b, c, r: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_second_order_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("choice-second-order", answer)
+
+
+def test_second_order_rejects_finite_differences_at_every_step():
+    # a central difference of an exact ∂ℓ/∂α, whatever its step, misses 1e-13 of the size
+    for h in (1e-3, 1e-4, 1e-5, 1e-6, 1e-7):
+        with pytest.raises(ExerciseCheckFailed):
+            check("choice-second-order",
+                  lambda a, b, c, r, h=h: hess_central_difference(a, b, c, r, h=h))

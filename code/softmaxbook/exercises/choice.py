@@ -264,3 +264,72 @@ def _check_grad_alpha(grad_alpha):
                           "(choice-dl-dalpha): which values and sensitivities does trial t's "
                           "term use, and in which order do you update them?")
     return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# choice-second-order (a derivation's end result): ∂²ℓ/∂α² by the second-order recursion
+def _hess_alpha_terms(alpha, beta, choices, rewards):
+    """∂²ℓ/∂α² by the recursion for E = ∂²V/∂α², and Σ_t (|Fisher term| + |(y − p) term|), the
+    size of what is summed (Python floats)."""
+    V, Dk, E, total, size = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], 0.0, 0.0
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = 1 / (1 + math.exp(-beta * (V[1] - V[0])))
+        fisher = -p * (1 - p) * beta ** 2 * (Dk[1] - Dk[0]) ** 2
+        curv = (c - p) * beta * (E[1] - E[0])
+        total, size = total + fisher + curv, size + abs(fisher) + abs(curv)
+        E[c] = -2 * Dk[c] + (1 - alpha) * E[c]
+        Dk[c] = r - V[c] + (1 - alpha) * Dk[c]
+        V[c] += alpha * (r - V[c])
+    return total, size
+
+
+def _package_hess_alpha(alpha, beta, choices, rewards):
+    """∂²ℓ/∂α² from the package's recursion (the one fit_rw's Newton steps use)."""
+    _, _, (h_aa, _, _) = _choice._derivatives(
+        torch.tensor([alpha], dtype=D), torch.tensor([beta], dtype=D), choices.to(D)[:, None],
+        rewards.to(D)[:, None], 0.0, order=2)
+    return float(h_aa[0])
+
+
+@exercise("choice-second-order", "∂²ℓ/∂α² by a second-order recursion")
+def _check_second_order(hess_alpha):
+    cases = _cases()
+    for alpha, beta, c, r, desc in cases:
+        want = _package_hess_alpha(alpha, beta, c, r)
+        _, size = _hess_alpha_terms(alpha, beta, c, r)
+        with _package_forbidden(), _complex_forbidden():
+            passed = (c.clone(), r.clone())
+            got = call(hess_alpha, alpha, beta, *passed, input_desc=desc,
+                       forbid=_AUTOGRAD,
+                       forbid_reason="The exercise asks for your recursion for "
+                                     "E = ∂²V/∂α², run by hand in one loop (no autograd, no "
+                                     "package function, no numerical derivative).")
+        _expect_unchanged(passed, (c, r), desc)
+        if isinstance(got, torch.Tensor):
+            expect_true(got.numel() == 1, f"for input {desc} the result should be one number "
+                        f"(a float or a 0-d tensor), got shape {tuple(got.shape)}.")
+            got = got.reshape(())
+        # The recursion in float64 agrees with the package (and autograd) to at most 5e-16 of
+        # Σ_t |terms| on these cases (measured); a central difference of an exact ∂ℓ/∂α, with
+        # any step from 1e-2 to 1e-7, is off by more than 7e-11 of it on one case at least, a
+        # 4th-order Richardson by more than 2.9e-12; a complex step is refused. A tolerance of
+        # 1e-13 of that size accepts the first and rejects the others.
+        tol = 1e-13 * (1 + size)
+        if isinstance(got, (torch.Tensor, float, int)) and not isinstance(got, bool):
+            err = abs(float(got) - want)
+            expect_true(not (tol < err <= 1e-5 * (1 + size)),
+                        f"for input {desc} your ∂²ℓ/∂α² is close to the expected value but "
+                        f"off by {err:.2g}, far more than rounding leaves in the float64 "
+                        f"recursion (about 1e-15 of the size of the terms summed, {size:.3g} "
+                        "here). A numerical derivative (of ℓ or of your grad_alpha), or a "
+                        "computation in float32, gives such an error.",
+                        hint="carry E_k = ∂²V_k/∂α² through the loop beside V_k and D_k, in "
+                             "float64 (Python floats), and differentiate nothing "
+                             "numerically.")
+        expect_close(got, want, input_desc=desc, rtol=0, atol=tol, what="∂²ℓ/∂α²",
+                     hint="differentiate each line of the sensitivity update "
+                          "(choice-sensitivity) once more in α: every factor that depends on "
+                          "α contributes, the option not chosen keeps its E, and E starts at "
+                          "0. Then differentiate trial t's term of (choice-dl-dalpha): both "
+                          "β(D_1 − D_0) and y_t − p_t depend on α.")
+    return len(cases)
