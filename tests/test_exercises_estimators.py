@@ -11,8 +11,8 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 
 def test_registered():
-    assert registered("estimators") == ["estimators-bernoulli-score", "estimators-gaussian-kl",
-                                        "estimators-laplace-sampler"]
+    assert registered("estimators") == ["estimators-bernoulli-score", "estimators-ex-variances",
+                                        "estimators-gaussian-kl", "estimators-laplace-sampler"]
 
 
 def stub(*args):
@@ -284,3 +284,113 @@ def test_laplace_statistical_tests_false_rejection_rate():
             if laplace_draws_verdict(x, l0, s0) is not None:
                 rejected.append((seed, l0))
     assert rejected == []
+
+
+# --- estimators-ex-variances: Var of a ((mu + eps)^2 - c) eps --------------------------------------
+def score_variance(mu, a, c):
+    return a**2 * (mu**4 + 14 * mu**2 + 15 - 2 * c * (mu**2 + 3) + c**2)
+
+
+def score_variance_completed_square(mu, a, c):
+    # a quadratic in c with its minimum at mu^2 + 3: (c - mu^2 - 3)^2 + 8 mu^2 + 6
+    return a**2 * ((c - (mu**2 + 3)) ** 2 + 8 * mu**2 + 6)
+
+
+def score_variance_by_moments(mu, a, c):
+    # E[g^2] - (E g)^2 term by term, with the Gaussian moments in a table
+    m = {2: 1.0, 4: 3.0, 6: 15.0}
+    e_z4_e2 = mu**4 * m[2] + 6 * mu**2 * m[4] + m[6]
+    e_z2_e2 = mu**2 * m[2] + m[4]
+    second = a * a * (e_z4_e2 - 2 * c * e_z2_e2 + c * c * m[2])
+    return second - (2 * a * mu) ** 2
+
+
+@pytest.mark.parametrize("answer", [score_variance, score_variance_completed_square,
+                                    score_variance_by_moments])
+def test_score_variance_accepts_right_answers(answer, capsys):
+    assert check("estimators-ex-variances", answer)
+    assert "correct on 5 test cases" in capsys.readouterr().out
+
+
+def score_variance_in_place(mu, a, c):
+    return mu.pow_(4).add_(14 * (a * 0 + 1)).mul_(0) + score_variance(mu, a, c)
+
+
+def score_variance_via_library(mu, a, c):
+    from softmaxbook.estimators import square_example_variances
+    return torch.tensor([square_example_variances(float(m), float(x), baseline=float(b))
+                         ["var_score"] for m, x, b in zip(mu.flatten(), a.flatten(),
+                                                          c.flatten())],
+                        dtype=torch.float64).reshape(mu.shape)
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the second moment: the squared mean (2 a mu)^2 not subtracted
+    (lambda mu, a, c: a**2 * (mu**4 + 18 * mu**2 + 15 - 2 * c * (mu**2 + 3) + c**2),
+     "(?s)for input mu = tensor..3, 3, 3.*wrong at 3 of 3.*too large.*the second moment"),
+    # the cross term with E (mu + eps)^2 = mu^2 + 1 instead of E[(mu + eps)^2 eps^2]
+    (lambda mu, a, c: a**2 * (mu**4 + 14 * mu**2 + 15 - 2 * c * (mu**2 + 1) + c**2),
+     "(?s)wrong at 2 of 3 entries.*is not -2c E"),
+    # the baseline ignored: the plain estimator's variance for every c
+    (lambda mu, a, c: a**2 * (mu**4 + 14 * mu**2 + 15), "(?s)too large.*does not depend on c"),
+    # the sign of the cross term
+    (lambda mu, a, c: a**2 * (mu**4 + 14 * mu**2 + 15 + 2 * c * (mu**2 + 3) + c**2),
+     "wrong at 2 of 3 entries, e.g. for mu = 3, a = 2, c = 12 you return"),
+    # no c^2 term
+    (lambda mu, a, c: a**2 * (mu**4 + 14 * mu**2 + 15 - 2 * c * (mu**2 + 3)), "too small"),
+    # E eps^4 = 1 and E eps^6 = 1 (every even moment taken as 1)
+    (lambda mu, a, c: a**2 * (mu**4 + 2 * mu**2 + 1 - 2 * c * (mu**2 + 1) + c**2),
+     "wrong at 3 of 3 entries"),
+    # a instead of a^2
+    (lambda mu, a, c: a * (mu**4 + 14 * mu**2 + 15 - 2 * c * (mu**2 + 3) + c**2),
+     "wrong at 3 of 3 entries"),
+    # the squared mean without a: 4 mu^2 instead of 4 a^2 mu^2
+    (lambda mu, a, c: a**2 * (mu**4 + 18 * mu**2 + 15 - 2 * c * (mu**2 + 3) + c**2)
+     - 4 * mu**2, "wrong at 3 of 3 entries"),
+    # the chapter's result with the baseline E f for every c
+    (lambda mu, a, c: a**2 * (8 * mu**2 + 10), "wrong at 2 of 3 entries"),
+    # the pathwise estimator's variance
+    (lambda mu, a, c: 4 * a**2 + 0 * c, "wrong at 3 of 3 entries"),
+    # the optimum over c, not the variance at c
+    (lambda mu, a, c: a**2 * (8 * mu**2 + 6) + 0 * c,
+     "wrong at 2 of 3 entries, e.g. for mu = 3, a = 2, c = 0 you return 312, which is too small"),
+    # float32
+    (lambda mu, a, c: score_variance(mu, a, c).float(), "your variance is torch.float32"),
+    # a Python number for a tensor
+    (lambda mu, a, c: float(score_variance(mu, a, c)[0]), "should be a float tensor of shape"),
+    # summed over the entries
+    (lambda mu, a, c: score_variance(mu, a, c).sum(), "should be a float tensor of shape .3,."),
+    (score_variance_in_place, "changed its arguments in place"),
+    (score_variance_via_library, "square_example_variances, which computes the answer"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_score_variance_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("estimators-ex-variances", answer)
+
+
+def test_score_variance_rejects_a_table_of_the_public_points():
+    # the right values at the public random points, wrong elsewhere: the grader's salt moves them
+    from softmaxbook.exercises import salted
+    from softmaxbook.exercises.estimators import _score_variance_cases
+    table = {tuple(float(v) for v in (m, x, b)): float(score_variance(m, x, b))
+             for _, mu, a, c in _score_variance_cases()
+             for m, x, b in zip(mu.flatten(), a.flatten(), c.flatten())}
+
+    def lookup(mu, a, c):
+        return torch.tensor([table.get((float(m), float(x), float(b)), 0.0)
+                             for m, x, b in zip(mu.flatten(), a.flatten(), c.flatten())],
+                            dtype=torch.float64).reshape(mu.shape)
+
+    assert check("estimators-ex-variances", lookup)
+    with salted(12345), pytest.raises(ExerciseCheckFailed, match="random mu"):
+        check("estimators-ex-variances", lookup)
+
+
+def test_score_variance_message_hands_out_no_expected_value():
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check("estimators-ex-variances", lambda mu, a, c: a**2 * (mu**4 + 15) + 0 * c)
+    text = str(err.value)
+    # the first case's right values (888, 328, 312) appear nowhere
+    assert "888" not in text and "328" not in text and "312" not in text

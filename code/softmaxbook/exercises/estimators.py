@@ -13,6 +13,11 @@
   draws piled on one value),
   torch's global generator, torch.distributions (Laplace.icdf) and the package's sample_laplace
   are caught).
+* ``estimators-ex-variances`` (a derivation's end result): ``score_variance(mu, a, c)``, the
+  variance a^2 (mu^4 + 14 mu^2 + 15 - 2c (mu^2 + 3) + c^2) of the score-function estimator of the
+  chapter's Gaussian example with a constant baseline c (the second moment without the squared
+  mean, the cross term with E f, a variance that ignores c get hints of their own; the package's
+  square_example_variances is caught).
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ import torch
 from scipy import stats
 
 from .. import estimators as _es
-from . import _ForbiddenCall, call, check_generator, check_salt, exercise, expect_close, \
-    expect_true
+from . import _ForbiddenCall, call, check_generator, check_salt, describe, exercise, \
+    expect_close, expect_true, watch_calls
 
 F64 = dict(dtype=torch.float64)
 
@@ -285,3 +290,110 @@ def _check_laplace_sampler(sampler):
                      hint="each draw is loc + scale * (a function of eps): its derivative in "
                           "scale is (x - loc) / scale.")
     return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# Derivations whose end result is a formula, entered as an elementwise function of float64 tensors
+def _expect_formula(got, expected, inputs: dict, desc: str, what: str, scale, hint: str,
+                    known: tuple = ()) -> None:
+    """``got`` equals the formula's values ``expected`` (float64, elementwise) at the inputs.
+
+    The message names the entry furthest off by its inputs and says whether the answer is too
+    large or too small there, but never prints the expected value: a table of them would hand
+    out the result of the derivation. ``known`` holds ``(values, hint)`` pairs of recognised
+    mistakes; ``scale`` (a tensor like ``expected``) sets the tolerance of each entry, 1e-9
+    relative to the size of the formula's terms there.
+    """
+    shape = tuple(expected.shape)
+    expect_true(isinstance(got, torch.Tensor) and got.is_floating_point()
+                and tuple(got.shape) == shape,
+                f"for input {desc} the {what} should be a float tensor of shape {shape}, one "
+                f"value per entry of the inputs; got {describe(got)}.",
+                hint="work elementwise with torch operations on the input tensors; do not "
+                     "reduce over a dimension or return a Python number.")
+    expect_true(got.dtype == torch.float64,
+                f"for input {desc} (float64) your {what} is {got.dtype}: return the inputs' "
+                f"dtype.", hint="do not convert to float32 (.float()).")
+    g64 = got.detach()
+    tol = 1e-9 * scale
+    wrong = ~((g64 - expected).abs() <= tol)  # NaN counts as wrong
+    if not bool(wrong.any()):
+        return
+    for values, known_hint in known:
+        if bool(((g64 - values).abs() <= tol).all()):
+            hint = known_hint
+            break
+    err = ((g64 - expected).abs() / scale).nan_to_num(float("inf")).flatten()
+    i = int(err.argmax())
+    at = ", ".join(f"{name} = {float(v.flatten()[i]):.6g}" for name, v in inputs.items())
+    gi, ei = float(g64.flatten()[i]), float(expected.flatten()[i])
+    how = ("not a number" if math.isnan(gi) else "too large" if gi > ei else "too small")
+    expect_true(False, f"for input {desc} your {what} is wrong at {int(wrong.sum())} of "
+                       f"{wrong.numel()} entries, e.g. for {at} you return {gi:.10g}, which "
+                       f"is {how}.", hint=hint)
+
+
+# ------------------------------------------------------------------------------------------------
+# estimators-ex-variances: the score-function estimator's variance with a constant baseline c
+def _score_variance(mu, a, c):
+    return a**2 * (mu**4 + 14 * mu**2 + 15 - 2 * c * (mu**2 + 3) + c**2)
+
+
+def _score_variance_cases():
+    g = check_generator(83)  # public in a notebook; the grader's secret salt changes it
+    n = 200
+    mu = (8 * torch.rand(n, generator=g, **F64) - 4).round(decimals=3)
+    a = (6 * torch.rand(n, generator=g, **F64) - 3).round(decimals=3)
+    c = (40 * torch.rand(n, generator=g, **F64) - 10).round(decimals=3)
+    t = dict(**F64)
+    return [
+        ("the chapter's mu = 3, a = 2; c = 0, 10 (E f) and 12",
+         torch.tensor([3.0, 3.0, 3.0], **t), torch.tensor([2.0, 2.0, 2.0], **t),
+         torch.tensor([0.0, 10.0, 12.0], **t)),
+        ("mu = 0, a = 1 (theta at its optimum), several c", torch.zeros(4, **t),
+         torch.ones(4, **t), torch.tensor([0.0, 1.0, 3.0, -2.0], **t)),
+        ("negative mu and a", torch.tensor([-1.5, -2.0, 0.5], **t),
+         torch.tensor([-1.0, 0.5, -3.0], **t), torch.tensor([2.0, -1.0, 4.0], **t)),
+        (f"{n} random mu in [-4, 4], a in [-3, 3], c in [-10, 30]", mu, a, c),
+        ("a [2, 3] batch", mu[:6].reshape(2, 3), a[:6].reshape(2, 3), c[:6].reshape(2, 3)),
+    ]
+
+
+@exercise("estimators-ex-variances", "variance of REINFORCE with a constant baseline")
+def _check_score_variance(score_variance):
+    """``score_variance(mu, a, c)`` -> the variance a^2 (mu^4 + 14 mu^2 + 15 - 2c(mu^2 + 3) + c^2)
+    of a ((mu + eps)^2 - c) eps, elementwise on float64 tensors."""
+    cases = _score_variance_cases()
+    for name, mu, a, c in cases:
+        desc = f"mu = {describe(mu)}, a = {describe(a)}, c = {describe(c)} ({name})"
+        args = (mu.clone(), a.clone(), c.clone())
+        with watch_calls(_es.square_example_variances) as seen:
+            got = call(score_variance, *args, input_desc=desc)
+        expect_true(not seen,
+                    f"for input {desc} your function calls "
+                    "softmaxbook.estimators.square_example_variances, which computes the answer "
+                    "to this exercise.", hint="expand the second moment by hand, as in the "
+                                              "exercise's first part.")
+        expect_true(all(torch.equal(x, y) for x, y in zip(args, (mu, a, c))),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute a new tensor; do not use in-place methods such as mul_.")
+        expected = _score_variance(mu, a, c)
+        scale = a**2 * (mu**4 + 18 * mu**2 + 15 + 2 * c.abs() * (mu**2 + 3) + c**2) + 1e-300
+        second_moment = a**2 * (mu**4 + 18 * mu**2 + 15 - 2 * c * (mu**2 + 3) + c**2)
+        known = (
+            (second_moment, "that is the second moment E[g^2]; the variance subtracts the "
+                            "squared mean (2 a mu)^2, which the baseline does not change."),
+            (expected + 4 * a**2 * c, "the cross term -2c E[(mu + eps)^2 eps^2] is not "
+                                      "-2c E[(mu + eps)^2]: the score's eps^2 multiplies the "
+                                      "square before you take the expectation."),
+            (_score_variance(mu, a, torch.zeros_like(c)),
+             "your variance does not depend on c: the baseline multiplies the score too, "
+             "(z^2 - c) times the score."),
+        )
+        _expect_formula(got, expected, {"mu": mu, "a": a, "c": c}, desc, "variance", scale,
+                        "write the estimator as a ((mu + eps)^2 - c) eps, expand its square, "
+                        "keep the even powers of eps (E eps^2 = 1, E eps^4 = 3, E eps^6 = 15), "
+                        "then subtract the squared mean. At c = 0 you should get the chapter's "
+                        "a^2 (mu^4 + 14 mu^2 + 15).", known)
+    return len(cases)
+
