@@ -14,7 +14,8 @@ D = torch.float64
 
 
 def test_registered():
-    assert registered("choice") == ["choice-grad-alpha", "choice-second-order", "choice-values"]
+    assert registered("choice") == ["choice-grad-alpha", "choice-second-order", "choice-values",
+                                    "choice-wsls-mle"]
 
 
 # --- choice-values ---------------------------------------------------------------------------
@@ -606,3 +607,70 @@ def test_second_order_rejects_finite_differences_at_every_step():
         with pytest.raises(ExerciseCheckFailed):
             check("choice-second-order",
                   lambda a, b, c, r, h=h: hess_central_difference(a, b, c, r, h=h))
+
+
+# --- choice-wsls-mle: the maximum likelihood noise of win-stay/lose-shift ---------------------
+def eps_hat(m, n):
+    return torch.clamp(2 * m / n, max=1.0)
+
+
+def eps_hat_where(m, n):  # the two branches written out
+    return torch.where(2 * m > n, torch.ones_like(m), 2 * m / n)
+
+
+def eps_hat_minimum(m, n):  # q = m/n, at most one half, doubled
+    return 2 * torch.minimum(m / n, torch.full_like(m, 0.5))
+
+
+def eps_hat_in_place(m, n):
+    return m.mul_(2).div_(n).clamp_(max=1.0)
+
+
+@pytest.mark.parametrize("answer", [eps_hat, eps_hat_where, eps_hat_minimum])
+def test_wsls_mle_accepts_right_answers(answer, capsys):
+    assert check("choice-wsls-mle", answer)
+    assert "correct on 4 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the stationary point without the constraint ε <= 1
+    (lambda m, n: 2 * m / n, r"(?s)n = 10, m = 0 … 10\).*wrong at 5 of 11 entries, e.g. for "
+                             r"m = 10, n = 10 you return 2 .*probability of choosing at random"),
+    (lambda m, n: m / n, r"(?s)wrong at 9 of 11.*with probability ε/2, not ε"),  # ε for ε/2
+    (lambda m, n: torch.clamp(m / n, max=1.0), r"(?s)wrong at 9 of 11.*ε/2, not ε"),
+    (lambda m, n: torch.clamp(2 * m / n, max=0.5), "wrong at 8 of 11"),  # q's bound on ε
+    (lambda m, n: 1 - torch.clamp(2 * m / n, max=1.0), "wrong at 11 of 11"),  # rule followed
+    (lambda m, n: torch.clamp(2 * (n - m) / n, max=1.0), "wrong at 10 of 11"),  # counts followers
+    (lambda m, n: torch.clamp(2 * m / (n + 1), max=1.0), "wrong at 5 of 11"),  # T, not T - 1
+    (lambda m, n: torch.clamp((2 * m + 1) / (n + 2), max=1.0), "wrong at 6 of 11"),  # Laplace
+    (lambda m, n: torch.clamp(2 * m / n, 1e-6, 1.0), "for m = 0, n = 10 you return 1e-06"),
+    (lambda m, n: torch.clamp(2 * torch.div(m, n, rounding_mode="floor"), max=1.0),
+     "wrong at 9 of 11"),  # integer division
+    (lambda m, n: torch.clamp(2 * m / n, max=1.0).float(), "your estimate is torch.float32"),
+    (lambda m, n: torch.clamp(2 * m / n, max=1.0).mean(), "should be a float tensor of shape"),
+    (lambda m, n: torch.minimum(2 * m, n) // n, "wrong at 4 of 11"),  # floor division
+    (eps_hat_in_place, "changed its arguments in place"),
+    (lambda m, n: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_wsls_mle_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("choice-wsls-mle", answer)
+
+
+def test_wsls_mle_message_does_not_hand_out_the_answer():
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check("choice-wsls-mle", lambda m, n: m / n)
+    text = str(err.value).split("Hint:")[0]
+    assert "expected" not in text and "min(" not in str(err.value)
+
+
+def test_wsls_mle_agrees_with_the_package():
+    # fit_wsls's closed form on data whose rule breaks are counted by the package
+    from softmaxbook.choice import fit_wsls
+    from softmaxbook.choice import _wsls_consistent
+    g = torch.Generator().manual_seed(5)
+    c = (torch.rand(40, 21, generator=g) < 0.5).long()
+    r = (torch.rand(40, 21, generator=g) < 0.5).to(D)
+    m = (~_wsls_consistent(c, r)).to(D).sum(1)
+    assert torch.allclose(eps_hat(m, torch.full_like(m, 20.0)), fit_wsls(c, r)[0])

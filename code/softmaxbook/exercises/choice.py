@@ -14,8 +14,8 @@ import torch
 from softmaxbook import choice as _choice
 from softmaxbook.choice import rw_gradient, rw_values
 
-from . import _ForbiddenCall, call, check_generator, check_salt, exercise, expect_close, \
-    expect_true
+from . import _ForbiddenCall, call, check_generator, check_salt, describe, exercise, \
+    expect_close, expect_true
 
 D = torch.float64
 
@@ -332,4 +332,73 @@ def _check_second_order(hess_alpha):
                           "α contributes, the option not chosen keeps its E, and E starts at "
                           "0. Then differentiate trial t's term of (choice-dl-dalpha): both "
                           "β(D_1 − D_0) and y_t − p_t depend on α.")
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# choice-wsls-mle (a derivation's end result): the maximum likelihood noise level of noisy
+# win-stay/lose-shift, eps_hat(m, n) = min(2m/n, 1)
+def _wsls_cases():
+    g = check_generator(2023)  # public in a notebook; the grader's secret salt changes it
+    n_rand = torch.randint(1, 1001, (200,), generator=g).to(D)
+    m_rand = torch.floor(torch.rand(200, generator=g, dtype=D) * (n_rand + 1))
+    n_b = torch.randint(1, 50, (3, 4), generator=g).to(D)
+    m_b = torch.floor(torch.rand(3, 4, generator=g, dtype=D) * (n_b + 1))
+    cases = [
+        ("n = 10, m = 0 … 10", torch.arange(11, dtype=D), torch.full((11,), 10.0, dtype=D)),
+        ("odd n and n = 1", torch.tensor([0.0, 1, 3, 4, 0, 1, 149, 150], dtype=D),
+         torch.tensor([1.0, 1, 7, 7, 299, 299, 299, 299], dtype=D)),
+        ("200 random n from 1 to 1000, m from 0 to n", m_rand, n_rand),
+        ("a [3, 4] batch", m_b, n_b),
+    ]
+    if check_salt():  # the first case again with another n
+        n = float(torch.randint(11, 60, (1,), generator=g))
+        cases.append((f"n = {n:g}, m = 0 … {n:g}", torch.arange(n + 1, dtype=D),
+                      torch.full((int(n) + 1,), n, dtype=D)))
+    return cases
+
+
+@exercise("choice-wsls-mle", "maximum likelihood noise of win-stay/lose-shift")
+def _check_wsls_mle(eps_hat):
+    """``eps_hat(m, n)`` -> tensor of the shape of ``m`` and ``n``, elementwise."""
+    cases = _wsls_cases()
+    for name, m, n in cases:
+        desc = f"m = {describe(m)}, n = {describe(n)} ({name})"
+        m_in, n_in = m.clone(), n.clone()
+        got = call(eps_hat, m_in, n_in, input_desc=desc)
+        expect_true(torch.equal(m_in, m) and torch.equal(n_in, n),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute a new tensor; do not use in-place methods such as mul_ on m.")
+        expect_true(isinstance(got, torch.Tensor) and got.is_floating_point()
+                    and got.shape == m.shape,
+                    f"for input {desc} the estimate should be a float tensor of shape "
+                    f"{tuple(m.shape)} (one estimate per entry of m and n), got "
+                    f"{describe(got)}.", hint="work elementwise; do not reduce over a dimension.")
+        expect_true(got.dtype == D, f"for input {desc} (float64) your estimate is {got.dtype}: "
+                                    "return float64, the inputs' dtype.")
+        expected = torch.clamp(2 * m / n, max=1.0)
+        g64 = got.detach().cpu()
+        hint = ("write the log-likelihood of m rule-breaking trials out of n as a function of "
+                "ε, find where its derivative is zero, and check that this point is an allowed "
+                "value of ε.")
+        if torch.allclose(g64, 2 * m / n, rtol=1e-12, atol=1e-12):
+            hint = ("for some inputs your estimate is above 1, but ε is the probability of "
+                    "choosing at random. Where does ℓ(ε) reach its largest value on the "
+                    "allowed range when its stationary point lies outside it?")
+        elif torch.allclose(g64.clamp(max=1.0), torch.clamp(m / n, max=1.0), rtol=1e-12,
+                            atol=1e-12):
+            hint = ("a trial breaks the rule with probability ε/2, not ε: with probability ε "
+                    "the choice is random, and a random choice still follows the rule half "
+                    "of the time.")
+        # The message names the entry that is furthest off, not the expected values: a table of
+        # them beside m and n would hand out the answer to the derivation.
+        wrong = ~torch.isclose(g64, expected, rtol=1e-12, atol=1e-12)
+        if bool(wrong.any()):
+            err = (g64 - expected).abs().nan_to_num(float("inf")).flatten()
+            i = int(err.argmax())
+            expect_true(False, f"for input {desc} your estimate is wrong at {int(wrong.sum())} "
+                               f"of {wrong.numel()} entries, e.g. for m = "
+                               f"{float(m.flatten()[i]):g}, n = {float(n.flatten()[i]):g} you "
+                               f"return {float(g64.flatten()[i]):.6g} (largest difference "
+                               f"{float(err[i]):.3g}).", hint=hint)
     return len(cases)
