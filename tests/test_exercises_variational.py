@@ -3,6 +3,9 @@ plausible wrong ones with a message that names the input."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 import torch
 
@@ -11,8 +14,12 @@ from softmaxbook.variational import el_residual
 
 
 def test_registered():
-    assert registered("variational") == ["variational-beltrami", "variational-maxent",
-                                         "variational-residual"]
+    assert registered("variational") == ["variational-beltrami", "variational-ex-sinh",
+                                         "variational-maxent", "variational-residual"]
+
+
+def stub(*args):
+    raise NotImplementedError
 
 
 # --- variational-residual --------------------------------------------------------------------
@@ -364,3 +371,74 @@ CATENARY = r"for input F = f\*sqrt\(1 \+ fp\*\*2\) \(the catenary's\), f = cosh"
 def test_beltrami_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("variational-beltrami", answer)
+
+
+# --- variational-ex-sinh: f = sinh(x) / sinh(1) ---------------------------------------------------
+def el_solution(x):
+    return torch.sinh(x) / math.sinh(1.0)
+
+
+def el_solution_exponentials(x):
+    # A e^x + B e^-x with A = -B = 1 / (e - 1/e)
+    return (torch.exp(x) - torch.exp(-x)) / (math.e - 1 / math.e)
+
+
+def el_solution_numpy(x):
+    # through NumPy and back, in float64
+    return torch.from_numpy(np.sinh(x.numpy()) / np.sinh(1.0))
+
+
+@pytest.mark.parametrize("answer", [el_solution, el_solution_exponentials, el_solution_numpy])
+def test_sinh_accepts_right_answers(answer, capsys):
+    assert check("variational-ex-sinh", answer)
+    assert "correct on 4 test cases" in capsys.readouterr().out
+
+
+def sinh_in_place(x):
+    return x.sinh_().div_(math.sinh(1.0))
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the general solution without fitting the right end
+    (torch.sinh, "(?s)misses an end point.*f.1. = 1"),
+    # f'' = -f: the sign of the Euler-Lagrange equation
+    (lambda x: torch.sin(x) / math.sin(1.0), "(?s)too large.*solves f'' = -f"),
+    # the straight line (the minimiser of the integral of f'^2)
+    (lambda x: x.clone(), "(?s)wrong at 9 of 11 entries.*too large.*straight line"),
+    # only the growing exponential, fitted to both ends
+    (lambda x: (torch.exp(x) - 1) / (math.e - 1), "wrong at 9 of 11 entries"),
+    # f'' = 2f (a factor lost on one side of the equation)
+    (lambda x: torch.sinh(math.sqrt(2) * x) / math.sinh(math.sqrt(2)), "too small"),
+    # f'' = f/2
+    (lambda x: torch.sinh(x / math.sqrt(2)) / math.sinh(1 / math.sqrt(2)), "too large"),
+    # cosh instead of sinh, shifted to the ends
+    (lambda x: (torch.cosh(x) - 1) / (math.cosh(1.0) - 1), "too small"),
+    (lambda x: torch.tanh(x) / math.tanh(1.0), "too large"),
+    # sinh divided by the wrong constant: misses f(1) = 1
+    (lambda x: torch.sinh(x) / math.cosh(1.0), "misses an end point"),
+    (lambda x: x**2, "too small"),
+    (lambda x: torch.sinh(x.float()) / math.sinh(1.0), "your path is torch.float32"),
+    (lambda x: (torch.sinh(x) / math.sinh(1.0)).sum(), "should be a float tensor of shape .2,."),
+    (lambda x: [math.sinh(v) / math.sinh(1.0) for v in x.tolist()],
+     "should be a float tensor of shape"),
+    (sinh_in_place, "changed x"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_sinh_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("variational-ex-sinh", answer)
+
+
+def test_sinh_rejects_a_table_of_the_public_points():
+    from softmaxbook.exercises import salted
+    from softmaxbook.exercises.variational import _sinh_cases
+    table = {float(v): float(el_solution(v)) for _, x in _sinh_cases() for v in x.flatten()}
+
+    def lookup(x):
+        return torch.tensor([table.get(float(v), 0.5) for v in x.flatten()],
+                            dtype=torch.float64).reshape(x.shape)
+
+    assert check("variational-ex-sinh", lookup)
+    with salted(12345), pytest.raises(ExerciseCheckFailed, match="random points"):
+        check("variational-ex-sinh", lookup)

@@ -8,6 +8,10 @@ equation" (book/05_euler_lagrange.ipynb).
 * ``variational-beltrami``: the Beltrami expression F − f′ ∂F/∂f′ along a path, for any
   Lagrangian F(x, f, fp), with f′ and ∂F/∂f′ by autograd: constant on the catenary and the
   cycloid, exact values on paths that solve nothing.
+* ``variational-ex-sinh`` (a derivation's end result): ``el_solution(x)``, the minimiser
+  sinh(x) / sinh(1) of the integral of f'^2 + f^2 with f(0) = 0, f(1) = 1, at points of [0, 1]
+  (a path that misses an end, the solution of f'' = -f and the straight line get hints of their
+  own).
 """
 
 from __future__ import annotations
@@ -254,4 +258,95 @@ def _check_beltrami(beltrami):
         # f′ at its best step (6e-6) is 2e-12 to 1e-11 off, so 1e-13 tells them apart.
         expect_close(got.detach(), exact(x), input_desc=desc, rtol=1e-13, atol=1e-13,
                      what="value of F − f′ ∂F/∂f′", hint=hint)
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# Derivations whose end result is a formula, entered as an elementwise function of float64 tensors
+def _expect_formula(got, expected, inputs: dict, desc: str, what: str, scale, hint: str,
+                    known: tuple = ()) -> None:
+    """``got`` equals the formula's values ``expected`` (float64, elementwise) at the inputs.
+
+    The message names the entry furthest off by its inputs and says whether the answer is too
+    large or too small there, but never prints the expected value: a table of them would hand
+    out the result of the derivation. ``known`` holds ``(values, hint)`` pairs of recognised
+    mistakes; ``scale`` (a tensor like ``expected``) sets the tolerance of each entry, 1e-9
+    relative to the size of the formula's terms there.
+    """
+    shape = tuple(expected.shape)
+    expect_true(isinstance(got, torch.Tensor) and got.is_floating_point()
+                and tuple(got.shape) == shape,
+                f"for input {desc} the {what} should be a float tensor of shape {shape}, one "
+                f"value per entry of the inputs; got {describe(got)}.",
+                hint="work elementwise with torch operations on the input tensors; do not "
+                     "reduce over a dimension or return a Python number.")
+    expect_true(got.dtype == torch.float64,
+                f"for input {desc} (float64) your {what} is {got.dtype}: return the inputs' "
+                f"dtype.", hint="do not convert to float32 (.float()).")
+    g64 = got.detach()
+    tol = 1e-9 * scale
+    wrong = ~((g64 - expected).abs() <= tol)  # NaN counts as wrong
+    if not bool(wrong.any()):
+        return
+    for values, known_hint in known:
+        if bool(((g64 - values).abs() <= tol).all()):
+            hint = known_hint
+            break
+    err = ((g64 - expected).abs() / scale).nan_to_num(float("inf")).flatten()
+    i = int(err.argmax())
+    at = ", ".join(f"{name} = {float(v.flatten()[i]):.6g}" for name, v in inputs.items())
+    gi, ei = float(g64.flatten()[i]), float(expected.flatten()[i])
+    how = ("not a number" if math.isnan(gi) else "too large" if gi > ei else "too small")
+    expect_true(False, f"for input {desc} your {what} is wrong at {int(wrong.sum())} of "
+                       f"{wrong.numel()} entries, e.g. for {at} you return {gi:.10g}, which "
+                       f"is {how}.", hint=hint)
+
+
+# ------------------------------------------------------------------------------------------------
+# variational-ex-sinh: the minimiser of J[f] = int_0^1 (f'^2 + f^2) dx with f(0) = 0, f(1) = 1
+def _sinh_cases():
+    g = check_generator(67)  # public in a notebook; the grader's secret salt changes it
+    f64 = dict(dtype=torch.float64)
+    x = torch.rand(200, generator=g, **f64)
+    return [
+        ("the ends x = 0 and x = 1", torch.tensor([0.0, 1.0], **f64)),
+        ("torch.linspace(0, 1, 11)", torch.linspace(0, 1, 11, **f64)),
+        ("200 random points in [0, 1]", x),
+        ("a [2, 3] batch", x[:6].reshape(2, 3)),
+    ]
+
+
+@exercise("variational-ex-sinh", "the minimiser of the integral of f'^2 + f^2")
+def _check_sinh(el_solution):
+    """``el_solution(x)`` -> sinh(x) / sinh(1), elementwise on a float64 tensor."""
+    cases = _sinh_cases()
+    for name, x in cases:
+        desc = f"x = {describe(x)} ({name})"
+        arg = x.clone()
+        got = call(el_solution, arg, input_desc=desc)
+        expect_true(torch.equal(arg, x), f"for input {desc} your function changed x.",
+                    hint="compute a new tensor; do not use in-place methods such as mul_.")
+        expected = torch.sinh(x) / math.sinh(1.0)
+        if isinstance(got, torch.Tensor) and got.shape == x.shape and got.is_floating_point():
+            g = got.detach().to(torch.float64)
+            off_end = ((x == 0) & (g.abs() > 1e-12)) | ((x == 1) & ((g - 1).abs() > 1e-12))
+            expect_true(not bool(off_end.any()),
+                        f"for input {desc} your path misses an end point: it should pass "
+                        f"through f(0) = 0 and f(1) = 1, but you return "
+                        f"{describe(g[(x == 0) | (x == 1)])} at x = "
+                        f"{describe(x[(x == 0) | (x == 1)])}.",
+                        hint="fit both constants of the general solution to the two end "
+                             "conditions.")
+        known = (
+            (torch.sin(x) / math.sin(1.0),
+             "your path solves f'' = -f. Recheck the Euler–Lagrange equation "
+             "dF/df - d/dx dF/df' = 0: with F = f'^2 + f^2 both terms are positive in F, so "
+             "f'' has the sign of f."),
+            (x, "the straight line minimises the integral of f'^2 alone; the f^2 term pulls "
+                "the path down towards 0."),
+        )
+        _expect_formula(got, expected, {"x": x}, desc, "path", torch.ones_like(x),
+                        "derive the Euler–Lagrange equation of F = f'^2 + f^2, write its "
+                        "general solution with two constants and fit them to f(0) = 0, "
+                        "f(1) = 1.", known)
     return len(cases)
