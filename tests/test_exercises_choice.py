@@ -14,8 +14,8 @@ D = torch.float64
 
 
 def test_registered():
-    assert registered("choice") == ["choice-grad-alpha", "choice-second-order", "choice-values",
-                                    "choice-wsls-mle"]
+    assert registered("choice") == ["choice-grad-alpha", "choice-second-order", "choice-valueB",
+                                    "choice-values", "choice-wsls-mle"]
 
 
 # --- choice-values ---------------------------------------------------------------------------
@@ -674,3 +674,67 @@ def test_wsls_mle_agrees_with_the_package():
     r = (torch.rand(40, 21, generator=g) < 0.5).to(D)
     m = (~_wsls_consistent(c, r)).to(D).sum(1)
     assert torch.allclose(eps_hat(m, torch.full_like(m, 20.0)), fit_wsls(c, r)[0])
+
+
+# --- choice-valueB: ∂p_t/∂V_0 = −β p_t (1 − p_t), entered in terms of p_t and β ---------------
+def dp_dv0(p, beta):
+    return -beta * p * (1 - p)
+
+
+def dp_dv0_expanded(p, beta):  # p (p − 1) β: the same product written the other way
+    return beta * (p * p - p)
+
+
+def dp_dv0_logs(p, beta):  # through logs, as one might write it from log p and log(1 − p)
+    return -beta * torch.exp(torch.log(p) + torch.log1p(-p))
+
+
+@pytest.mark.parametrize("answer", [dp_dv0, dp_dv0_expanded, dp_dv0_logs])
+def test_value_b_accepts_right_answers(answer, capsys):
+    assert check("choice-valueB", answer)
+    assert "correct on 4 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("answer, message", [
+    # ∂p/∂V_1, or the sign of the quotient rule's second term lost
+    (lambda p, b: b * p * (1 - p), r"(?s)p = 1/2 and beta = 1, 2, 4\) your derivative is "
+                                   r"wrong at 3 of 3 entries.*wrong sign"),
+    (lambda p, b: -p * (1 - p), r"(?s)wrong at 2 of 3 entries.*chain rule"),  # β forgotten
+    (lambda p, b: -b * b * p * (1 - p), "wrong at 2 of 3 entries"),
+    (lambda p, b: -p * (1 - p) / b, "wrong at 2 of 3 entries"),  # τ = 1/β mixed up with β
+    (lambda p, b: -b * p * p, r"p near 0 and near 1\) your derivative is wrong at 6 of 6"),
+    (lambda p, b: -b * (1 - p) ** 2, r"p near 0 and near 1\) your derivative is wrong at 6 of 6"),
+    (lambda p, b: -b * (1 - p), "wrong at 3 of 3 entries"),  # u of the quotient rule dropped
+    (lambda p, b: -b * p, "wrong at 3 of 3 entries"),
+    # p taken for the logit: σ'(p) instead of p (1 − p)
+    (lambda p, b: -b * torch.sigmoid(p) * (1 - torch.sigmoid(p)), "wrong at 3 of 3 entries"),
+    (lambda p, b: -b * p * (1 - p) ** 2, "wrong at 3 of 3 entries"),
+    (lambda p, b: (-b * p * (1 - p)).float(), "your derivative is torch.float32"),
+    (lambda p, b: (-b * p * (1 - p)).sum(), "should be a float tensor of shape"),
+    (lambda p, b: p.mul_(-b * (1 - p)), "changed its arguments in place"),
+    (lambda p, b: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_value_b_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("choice-valueB", answer)
+
+
+def test_value_b_reference_is_the_derivative():
+    # ∂p/∂V_0 of p = softmax(β V)_1, by autograd, at the check's random points
+    from softmaxbook.exercises.choice import _value_b_cases
+    _, p, beta = _value_b_cases()[2]
+    v1 = torch.zeros_like(p)
+    v0 = (-torch.logit(p) / beta).requires_grad_()
+    q = torch.softmax(beta[:, None] * torch.stack((v0, v1), 1), 1)[:, 1]
+    (g,) = torch.autograd.grad(q.sum(), v0)
+    assert torch.allclose(q, p, rtol=1e-9) and torch.allclose(g, dp_dv0(p, beta), rtol=1e-6)
+
+
+def test_value_b_message_does_not_hand_out_the_answer():
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check("choice-valueB", lambda p, b: -p * (1 - p))
+    text = str(err.value)
+    # the expected values at p = 1/2, beta = 2 and 4 are -0.5 and -1; -0.25 is the answer's own
+    assert "expected" not in text and "-0.5" not in text and "-1" not in text
+    assert "for p = 0.5, beta = 4 you return -0.25" in text

@@ -402,3 +402,67 @@ def _check_wsls_mle(eps_hat):
                                f"return {float(g64.flatten()[i]):.6g} (largest difference "
                                f"{float(err[i]):.3g}).", hint=hint)
     return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# choice-valueB (a derivation's end result): ∂p_t/∂V_{0,t} = −β p_t (1 − p_t), entered as a
+# function of p_t and β
+def _value_b_cases():
+    g = check_generator(2029)  # public in a notebook; the grader's secret salt changes it
+    u = torch.rand(200, generator=g, dtype=D)
+    cases = [
+        ("p = 1/2 and beta = 1, 2, 4", torch.full((3,), 0.5, dtype=D),
+         torch.tensor([1.0, 2.0, 4.0], dtype=D)),
+        ("p near 0 and near 1", torch.tensor([1e-12, 1e-3, 0.2, 0.8, 0.999, 1 - 1e-9], dtype=D),
+         torch.tensor([3.0, 0.5, 10.0, 10.0, 0.5, 3.0], dtype=D)),
+        ("200 random p in (0, 1), beta from 0.1 to 30", 1e-6 + (1 - 2e-6) * u,
+         torch.exp(torch.empty(200, dtype=D).uniform_(math.log(0.1), math.log(30), generator=g))),
+        ("a [3, 4] batch", torch.rand(3, 4, generator=g, dtype=D).clamp(1e-3, 1 - 1e-3),
+         5 * torch.rand(3, 4, generator=g, dtype=D) + 0.1),
+    ]
+    return cases
+
+
+@exercise("choice-valueB", "∂p/∂V_0 in terms of p and β")
+def _check_value_b(dp_dv0):
+    """``dp_dv0(p, beta)`` -> tensor of the shape of ``p`` and ``beta``, elementwise."""
+    cases = _value_b_cases()
+    for name, p, beta in cases:
+        desc = f"p = {describe(p)}, beta = {describe(beta)} ({name})"
+        p_in, beta_in = p.clone(), beta.clone()
+        got = call(dp_dv0, p_in, beta_in, input_desc=desc)
+        expect_true(torch.equal(p_in, p) and torch.equal(beta_in, beta),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute a new tensor; do not use in-place methods such as mul_ on p.")
+        expect_true(isinstance(got, torch.Tensor) and got.is_floating_point()
+                    and got.shape == p.shape,
+                    f"for input {desc} the derivative should be a float tensor of shape "
+                    f"{tuple(p.shape)} (one derivative per entry of p and beta), got "
+                    f"{describe(got)}.", hint="work elementwise; do not reduce over a dimension.")
+        expect_true(got.dtype == D, f"for input {desc} (float64) your derivative is "
+                                    f"{got.dtype}: return float64, the inputs' dtype.")
+        expected = -beta * p * (1 - p)
+        g64 = got.detach().cpu()
+        hint = ("write p_t = u/v with u = e^{β V_1} and v = e^{β V_0} + e^{β V_1} and apply the "
+                "quotient rule: which of u and v depends on V_0? Then recognise the fractions "
+                "that appear as p_t and 1 − p_t.")
+        if torch.allclose(g64, -expected, rtol=1e-9, atol=0):
+            hint = ("your derivative has the wrong sign: raising V_0 makes option 0 more "
+                    "attractive, so what happens to p_t, the probability of choosing option 1?")
+        elif torch.allclose(g64 * beta, expected, rtol=1e-9, atol=0):
+            hint = ("the exponent is β V_0, not V_0: the chain rule brings out a factor when "
+                    "you differentiate e^{β V_0}.")
+        # The message names the entry that is furthest off, not the expected values.
+        # Compared to 1e-14 of beta (|∂p/∂V_0| <= beta/4): a right formula written so that it
+        # loses digits where p is near 1, such as beta (p^2 - p), is off by ~1e-16 beta there.
+        tol = 1e-12 * expected.abs() + 1e-14 * beta
+        wrong = ~((g64 - expected).abs() <= tol)
+        if bool(wrong.any()):
+            err = ((g64 - expected).abs() / tol).nan_to_num(float("inf")).flatten()
+            i = int(err.argmax())
+            expect_true(False, f"for input {desc} your derivative is wrong at "
+                               f"{int(wrong.sum())} of {wrong.numel()} entries, e.g. for p = "
+                               f"{float(p.flatten()[i]):.12g}, beta = "
+                               f"{float(beta.flatten()[i]):.6g} you return "
+                               f"{float(g64.flatten()[i]):.6g}.", hint=hint)
+    return len(cases)
