@@ -11,7 +11,8 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 
 def test_registered():
-    assert registered("estimators") == ["estimators-bernoulli-score", "estimators-ex-variances",
+    assert registered("estimators") == ["estimators-bernoulli-score",
+                                        "estimators-ex-best-baseline", "estimators-ex-variances",
                                         "estimators-gaussian-kl", "estimators-laplace-sampler"]
 
 
@@ -309,7 +310,7 @@ def score_variance_by_moments(mu, a, c):
                                     score_variance_by_moments])
 def test_score_variance_accepts_right_answers(answer, capsys):
     assert check("estimators-ex-variances", answer)
-    assert "correct on 5 test cases" in capsys.readouterr().out
+    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
 
 
 def score_variance_in_place(mu, a, c):
@@ -394,3 +395,63 @@ def test_score_variance_message_hands_out_no_expected_value():
     text = str(err.value)
     # the first case's right values (888, 328, 312) appear nowhere
     assert "888" not in text and "328" not in text and "312" not in text
+
+
+# --- estimators-ex-best-baseline: c* = E[f s^2] / E[s^2] = mu^2 + 3 -------------------------------
+def best_baseline(mu, a):
+    return mu**2 + 3
+
+
+def best_baseline_by_moments(mu, a):
+    # E[(mu + eps)^2 (a eps)^2] / E[(a eps)^2], term by term
+    e_f_s2 = a**2 * (mu**2 * 1.0 + 2 * mu * 0.0 + 3.0)
+    return e_f_s2 / (a**2 * 1.0)
+
+
+def best_baseline_from_the_variance(mu, a):
+    # the vertex -B / (2A) of the variance a^2 (A c^2 + B c + C) from estimators-ex-variances
+    return -(-2 * (mu**2 + 3)) / (2 * torch.ones_like(a))
+
+
+@pytest.mark.parametrize("answer", [best_baseline, best_baseline_by_moments,
+                                    best_baseline_from_the_variance])
+def test_best_baseline_accepts_right_answers(answer, capsys):
+    assert check("estimators-ex-best-baseline", answer)
+    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+def best_baseline_in_place(mu, a):
+    return mu.pow_(2).add_(3)
+
+
+@pytest.mark.parametrize("answer, message", [
+    # E f, the chapter's baseline
+    (lambda mu, a: mu**2 + 1, "(?s)for mu = 3, a = 2 you return 10, which is too small.*is E f"),
+    # E[f s^2] without dividing by E[s^2]
+    (lambda mu, a: a**2 * (mu**2 + 3), "(?s)too large.*the score's factor a cancels"),
+    (lambda mu, a: a * (mu**2 + 3), "(?s)too large.*appears squared above and below"),
+    # the variance at c*, not c*
+    (lambda mu, a: a**2 * (8 * mu**2 + 6), "(?s)too large.*asks for the baseline c. itself"),
+    # E eps^4 taken as 1: the cross moment E[(mu + eps)^2 eps^2] = mu^2 + 1 ... plus 1
+    (lambda mu, a: mu**2 + 2, "wrong at 1 of 1 entries, e.g. for mu = 3, a = 2 you return 11"),
+    # the odd moment E eps^3 taken as 1 (2 mu eps^3 kept)
+    (lambda mu, a: mu**2 + 2 * mu + 3, "wrong at 1 of 1 entries"),
+    # mu^2 alone, the squared mean
+    (lambda mu, a: mu**2 + 0 * a, "too small"),
+    # the baseline that makes the estimator's mean zero, or E eps^6 / E eps^4 = 5
+    (lambda mu, a: mu**2 + 5, "too large"),
+    # 3 mu^2 + 1 (the factor 3 = E eps^4 on the wrong term)
+    (lambda mu, a: 3 * mu**2 + 1, "wrong at 1 of 1 entries"),
+    # a fixed number: the chapter's c* at mu = 3
+    (lambda mu, a: torch.full_like(mu, 12.0), "(?s)mu = 0 and mu = 1 with a = 1.*too large"),
+    # float32, a Python number, one number for a batch, in place
+    (lambda mu, a: (mu**2 + 3).float(), "your baseline is torch.float32"),
+    (lambda mu, a: float(mu[0] ** 2 + 3), "should be a float tensor of shape"),
+    (lambda mu, a: (mu**2 + 3).mean(), "should be a float tensor of shape .1,."),
+    (best_baseline_in_place, "changed its arguments in place"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_best_baseline_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("estimators-ex-best-baseline", answer)

@@ -18,6 +18,9 @@
   chapter's Gaussian example with a constant baseline c (the second moment without the squared
   mean, the cross term with E f, a variance that ignores c get hints of their own; the package's
   square_example_variances is caught).
+* ``estimators-ex-best-baseline`` (a derivation's end result): ``best_baseline(mu, a)``, the
+  constant baseline of least variance mu^2 + 3 in that example (E f = mu^2 + 1, a factor a or
+  a^2, and the variance instead of the baseline get hints of their own).
 """
 
 from __future__ import annotations
@@ -397,3 +400,50 @@ def _check_score_variance(score_variance):
                         "a^2 (mu^4 + 14 mu^2 + 15).", known)
     return len(cases)
 
+
+# ------------------------------------------------------------------------------------------------
+# estimators-ex-best-baseline: the constant baseline of least variance in the Gaussian example
+def _best_baseline_cases():
+    g = check_generator(89)  # public in a notebook; the grader's secret salt changes it
+    n = 200
+    mu = (8 * torch.rand(n, generator=g, **F64) - 4).round(decimals=3)
+    a = (0.1 + 2.9 * torch.rand(n, generator=g, **F64)).round(decimals=3)
+    a = a * torch.where(torch.rand(n, generator=g, **F64) < 0.5, -1.0, 1.0)
+    return [
+        ("the chapter's mu = 3, a = 2", torch.tensor([3.0], **F64), torch.tensor([2.0], **F64)),
+        ("mu = 0 and mu = 1 with a = 1", torch.tensor([0.0, 1.0], **F64),
+         torch.tensor([1.0, 1.0], **F64)),
+        ("one mu, several a (negative ones too)", torch.full((4,), 1.5, **F64),
+         torch.tensor([0.5, 1.0, 3.0, -2.0], **F64)),
+        (f"{n} random mu in [-4, 4], 0.1 <= |a| <= 3", mu, a),
+        ("a [2, 3] batch", mu[:6].reshape(2, 3), a[:6].reshape(2, 3)),
+    ]
+
+
+@exercise("estimators-ex-best-baseline", "the best constant baseline")
+def _check_best_baseline(best_baseline):
+    """``best_baseline(mu, a)`` -> c* = mu^2 + 3 elementwise on float64 tensors (a != 0)."""
+    cases = _best_baseline_cases()
+    for name, mu, a in cases:
+        desc = f"mu = {describe(mu)}, a = {describe(a)} ({name})"
+        args = (mu.clone(), a.clone())
+        got = call(best_baseline, *args, input_desc=desc)
+        expect_true(all(torch.equal(x, y) for x, y in zip(args, (mu, a))),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute a new tensor; do not use in-place methods such as add_.")
+        expected = mu**2 + 3
+        known = (
+            (mu**2 + 1, "that is E f, the baseline the chapter uses: it is the best constant "
+                        "only when f and the squared score are uncorrelated. Here both grow "
+                        "with |eps|."),
+            (a**2 * (mu**2 + 3), "E[s^2] divides E[f s^2]: the score's factor a cancels."),
+            (a * (mu**2 + 3), "the score is a eps; its factor appears squared above and below "
+                              "the fraction line and cancels."),
+            (a**2 * (8 * mu**2 + 6), "that is the variance at the best baseline; the exercise "
+                                     "asks for the baseline c* itself."),
+        )
+        _expect_formula(got, expected, {"mu": mu, "a": a}, desc, "baseline", mu**2 + 3,
+                        "c* = E[f s^2] / E[s^2] with f = z^2 = (mu + eps)^2 and s = a eps: "
+                        "expand, keep the even powers of eps (E eps^2 = 1, E eps^4 = 3).",
+                        known)
+    return len(cases)
