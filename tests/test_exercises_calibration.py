@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from softmaxbook.calibration import expected_calibration_error as nb_ece
+from softmaxbook.calibration import fit_temperature as nb_fit_temperature
 from softmaxbook.calibration import kl_uniform as nb_kl_uniform
 from softmaxbook.calibration import ood_metrics as nb_ood_metrics
 from softmaxbook.exercises import ExerciseCheckFailed, check, registered
@@ -21,7 +22,7 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 def test_registered():
     assert registered("calibration") == ["calibration-ece", "calibration-fpr95",
-                                         "calibration-kl-uniform"]
+                                         "calibration-kl-uniform", "calibration-newton-step"]
 
 
 # --- calibration-ece --------------------------------------------------------------------------
@@ -435,3 +436,123 @@ def test_fpr95_accepts_right_answers_written_differently(answer):
 def test_fpr95_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("calibration-fpr95", answer)
+
+
+# --- calibration-newton-step: one Newton step on NLL(beta) -------------------------------------
+def _moments(beta, logits, labels, *, use_beta=True):
+    z = logits.double()
+    p = torch.softmax((beta if use_beta else 1.0) * z, dim=1)
+    m1 = (p * z).sum(1)
+    m2 = (p * z * z).sum(1)
+    zy = z.gather(1, labels[:, None])[:, 0]
+    return p, m1, m2, zy
+
+
+def newton_beta(beta, logits, labels):
+    _, m1, m2, zy = _moments(beta, logits, labels)
+    return beta - float((m1 - zy).mean() / (m2 - m1 ** 2).mean())
+
+
+def newton_beta_sums(beta, logits, labels):  # sums instead of means: the 1/n cancels
+    logp = torch.log_softmax(beta * logits, dim=1)
+    p = logp.exp()
+    mean = (p * logits).sum(1, keepdim=True)
+    grad = (mean[:, 0] - logits[torch.arange(len(labels)), labels]).sum()
+    return beta - grad / (p * (logits - mean) ** 2).sum()
+
+
+def newton_beta_numpy(beta, logits, labels):  # NumPy, a float back
+    import numpy as np
+    z = logits.numpy()
+    e = np.exp(beta * (z - z.max(1, keepdims=True)))
+    p = e / e.sum(1, keepdims=True)
+    m1 = (p * z).sum(1)
+    var = (p * (z - m1[:, None]) ** 2).sum(1)
+    return float(beta - np.mean(m1 - z[np.arange(len(z)), labels.numpy()]) / np.mean(var))
+
+
+def _nll(beta, logits, labels):
+    z = logits.double()
+    return float((torch.logsumexp(beta * z, 1) - beta * z.gather(1, labels[:, None])[:, 0]).mean())
+
+
+def newton_beta_finite_differences(beta, logits, labels, h=1e-4):
+    f = [_nll(beta + k * h, logits, labels) for k in (-1, 0, 1)]
+    return beta - ((f[2] - f[0]) / (2 * h)) / ((f[2] - 2 * f[1] + f[0]) / h ** 2)
+
+
+def newton_beta_autograd(beta, logits, labels):
+    b = torch.tensor(beta, dtype=torch.float64, requires_grad=True)
+    nll = (torch.logsumexp(b * logits, 1) - b * logits.gather(1, labels[:, None])[:, 0]).mean()
+    (g,) = torch.autograd.grad(nll, b, create_graph=True)
+    (h,) = torch.autograd.grad(g, b)
+    return float(b - g / h)
+
+
+def newton_beta_on_t(beta, logits, labels):  # the step taken in T = 1/beta
+    _, m1, m2, zy = _moments(beta, logits, labels)
+    g, h = float((m1 - zy).mean()), float((m2 - m1 ** 2).mean())
+    t = 1 / beta
+    d1, d2 = -g / t ** 2, h / t ** 4 + 2 * g / t ** 3
+    return 1 / (t - d1 / d2)
+
+
+def _step(beta, logits, labels, *, sign=-1.0, grad_only=False, no_center=False,
+          use_beta=True, sum_grad=False, predicted=False, no_square=False, ratio_only=False,
+          inverted=False, dtype=torch.float64):
+    z = logits.to(dtype)
+    p, m1, m2, zy = _moments(beta, z, labels, use_beta=use_beta)
+    p, m1, m2 = p.to(dtype), m1.to(dtype), m2.to(dtype)
+    if predicted:
+        zy = z.max(1).values
+    else:
+        zy = zy.to(dtype)
+    g = (m1 - zy).sum() if sum_grad else (m1 - zy).mean()
+    h = m2.mean() if no_center else ((m2 - m1).mean() if no_square else (m2 - m1 ** 2).mean())
+    if grad_only:
+        return beta + sign * float(g)
+    if ratio_only:
+        return float(g / h)
+    return beta + sign * float(h / g if inverted else g / h)
+
+
+@pytest.mark.parametrize("answer", [newton_beta, newton_beta_sums, newton_beta_numpy])
+def test_newton_step_accepts_right_answers(answer, capsys):
+    assert check("calibration-newton-step", answer)
+    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+HAND = r"for input beta = 1, 4 rows of 3 logits .*\n  expected new beta"
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda b, z, y: _step(b, z, y, sign=1.0), HAND),  # the step uphill
+    (lambda b, z, y: _step(b, z, y, grad_only=True), HAND),  # a gradient step of size 1
+    (lambda b, z, y: _step(b, z, y, inverted=True), HAND),  # NLL''/NLL'
+    (lambda b, z, y: _step(b, z, y, no_center=True), HAND),  # E[z^2] for the variance
+    (lambda b, z, y: _step(b, z, y, no_square=True), HAND),  # E[z^2] - E[z]
+    (lambda b, z, y: _step(b, z, y, use_beta=False), r"for input beta = 0.3, 200 rows"),  # p(z)
+    (lambda b, z, y: _step(b, z, y, sum_grad=True), HAND),  # a sum over a mean
+    (lambda b, z, y: _step(b, z, y, predicted=True), HAND),  # the top logit for z_y
+    (lambda b, z, y: _step(b, z, y, ratio_only=True), HAND),  # the step, not the new beta
+    (newton_beta_on_t, HAND),
+    (newton_beta_finite_differences, r"(?s)expected new beta.*close but off.*numerical "
+                                     r"derivative"),
+    (lambda b, z, y: _step(b, z, y, dtype=torch.float32), r"(?s)close but off.*float32"),
+    (newton_beta_autograd, r"calls torch.autograd.grad, which this exercise forbids"),
+    (lambda b, z, y: float(nb_fit_temperature(z, y)), HAND),  # the fitted beta, many steps
+    (lambda b, z, y: newton_beta(b, z.mul_(b), y), "changed its argument 'logits' in place"),
+    (lambda b, z, y: torch.zeros(2), "should be one number"),
+    (lambda b, z, y: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_newton_step_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("calibration-newton-step", answer)
+
+
+def test_newton_step_reference_agrees_with_autograd():
+    from softmaxbook.exercises.calibration import _newton_cases, _reference_newton
+    for beta, z, y, _ in _newton_cases():
+        assert abs(_reference_newton(beta, z, y) - newton_beta_autograd(beta, z, y)) <= \
+            1e-12 * (1 + abs(beta))

@@ -11,6 +11,9 @@
 * ``calibration-fpr95``: the false-positive rate at 95 % true-positive rate, in-distribution
   positive, exact with ties (an interpolating quantile, a strict ``>`` and the swapped convention
   are caught; the package's ``ood_metrics`` and scikit-learn's ``roc_curve`` are rejected).
+* ``calibration-newton-step`` (a derivation's end result): ``newton_beta(beta, logits, labels)``,
+  the new ``beta`` after one Newton step on NLL(beta), compared to 1e-12; autograd is refused,
+  and a numerical derivative or float32 arithmetic gets a hint of its own.
 
 The ECE and the FPR may come back as a Python or NumPy number or a one-element tensor of any
 float dtype: they are compared to about 5 significant digits (RTOL), which float32 arithmetic
@@ -337,4 +340,79 @@ def _check_fpr95(fpr95):
             hint = ("at least 95 % means 29 of the 30 (28.5 rounded up); do not interpolate "
                     "between scores (torch.quantile does).")
         _expect_number(got, expected, input_desc=desc, what="FPR at 95 % TPR", hint=hint)
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# calibration-newton-step (a derivation's end result): one Newton step on NLL(beta)
+# Automatic differentiation in either mode (as in the choice chapter's checks): the exercise asks
+# for the derivatives derived by hand.
+_AUTOGRAD = {torch.autograd.grad: "torch.autograd.grad",
+             torch.Tensor.backward: "Tensor.backward (autograd)",
+             torch._make_dual: "forward-mode autodiff (torch.func.jvp / forward_ad)",
+             torch._unpack_dual: "forward-mode autodiff (torch.func.jvp / forward_ad)"}
+NEWTON_RTOL = 1e-12
+
+
+def _reference_newton(beta, logits, labels):
+    """beta - NLL'(beta) / NLL''(beta), the variance computed about the mean (float64)."""
+    z = logits.to(torch.float64)
+    p = torch.softmax(beta * z, dim=1)
+    mean = (p * z).sum(1)
+    grad = (mean - z.gather(1, labels[:, None])[:, 0]).mean()
+    curv = (p * (z - mean[:, None]) ** 2).sum(1).mean()
+    return float(beta - grad / curv)
+
+
+def _newton_cases():
+    g = check_generator(2031)  # public in a notebook; the grader's secret salt changes it
+    hand = torch.tensor([[2.0, 0.0, -1.0], [0.5, 1.5, 0.0], [1.0, 1.0, 3.0], [0.0, -2.0, 1.0]],
+                        **f64)
+    hand_y = torch.tensor([0, 0, 2, 2])
+    cases = [(1.0, hand, hand_y, "beta = 1, 4 rows of 3 logits " + str(hand.tolist())
+              + ", labels [0, 0, 2, 2]")]
+    # labels drawn from softmax(beta_true z): NLL(beta) has its minimum near beta_true, and the
+    # step from beta goes towards it (the true values are not shown: the check's inputs are
+    # the logits and labels)
+    for beta, beta_true, n, k, scale in ((1.0, 0.6, 50, 10, 3.0), (0.3, 0.5, 200, 5, 8.0),
+                                         (2.5, 2.0, 30, 4, 1.0), (0.05, 0.08, 100, 100, 20.0)):
+        z = scale * torch.randn(n, k, generator=g, **f64)
+        y = torch.multinomial(torch.softmax(beta_true * z, 1), 1, generator=g)[:, 0]
+        cases.append((beta, z, y, f"beta = {beta}, {n} rows of {k} logits ~ N(0, {scale:g}^2)"))
+    if check_salt():  # the hand case with every row shifted and the classes permuted
+        shift = 10 * torch.randn(4, 1, generator=g, **f64)
+        perm = torch.randperm(3, generator=g)
+        inv = torch.argsort(perm)
+        z = (hand + shift)[:, perm]
+        cases.append((1.0, z, inv[hand_y], "beta = 1, 4 rows of 3 logits "
+                      + str([[round(v, 4) for v in row] for row in z.tolist()])
+                      + f", labels {inv[hand_y].tolist()}"))
+    return cases
+
+
+@exercise("calibration-newton-step", "one Newton step on NLL(beta)")
+def _check_newton_step(newton_beta):
+    cases = _newton_cases()
+    for beta, z, y, desc in cases:
+        want = _reference_newton(beta, z, y)
+        passed = (z.clone(), y.clone())
+        got = call(newton_beta, beta, *passed, input_desc=desc, forbid=_AUTOGRAD,
+                   forbid_reason="The exercise asks for the step from the two derivatives "
+                                 "you derived (no automatic differentiation).")
+        _expect_unchanged(passed, (z, y), ("logits", "labels"), desc)
+        value = _number(got, input_desc=desc, what="new beta")
+        err = abs(value - want)
+        if err <= NEWTON_RTOL * abs(want) + 1e-12:
+            continue
+        hint = ("a Newton step divides the first derivative of NLL(beta) by the second, both at "
+                "the current beta, with the probabilities softmax(beta z) (not softmax(z)); "
+                "check the sign of the step and that both derivatives are means over the "
+                "same rows.")
+        if err <= 1e-5 * (abs(want) + abs(beta)):
+            hint = ("your step is close but off by far more than float64 rounding leaves: a "
+                    "numerical derivative, or float32 arithmetic, gives such an error. Compute "
+                    "NLL' and NLL'' from their formulas in float64.")
+        e, gv = _apart(want, value)
+        expect_true(False, f"for input {desc}\n  expected new beta {e}\n  but got           "
+                           f"{gv}\n  (difference {value - want:+.3g}).", hint)
     return len(cases)
