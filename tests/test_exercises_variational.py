@@ -14,8 +14,9 @@ from softmaxbook.variational import el_residual
 
 
 def test_registered():
-    assert registered("variational") == ["variational-beltrami", "variational-ex-sinh",
-                                         "variational-maxent", "variational-residual"]
+    assert registered("variational") == ["variational-beltrami", "variational-ex-catenary",
+                                         "variational-ex-sinh", "variational-maxent",
+                                         "variational-residual"]
 
 
 def stub(*args):
@@ -56,7 +57,7 @@ def residual_by_backward(f, x):
 @pytest.mark.parametrize("answer", [right_residual, residual_by_func, residual_by_backward])
 def test_residual_accepts_right_answers(answer, capsys):
     assert check("variational-residual", answer)
-    assert "correct on 5 test cases" in capsys.readouterr().out
+    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
 
 
 def residual_on_callers_x(f, x):
@@ -311,7 +312,7 @@ def beltrami_by_backward(F, f, x):
 @pytest.mark.parametrize("answer", [right_beltrami, beltrami_by_backward])
 def test_beltrami_accepts_right_answers(answer, capsys):
     assert check("variational-beltrami", answer)
-    assert "correct on 5 test cases" in capsys.readouterr().out
+    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
 
 
 def beltrami_on_callers_x(F, f, x):
@@ -442,3 +443,61 @@ def test_sinh_rejects_a_table_of_the_public_points():
     assert check("variational-ex-sinh", lookup)
     with salted(12345), pytest.raises(ExerciseCheckFailed, match="random points"):
         check("variational-ex-sinh", lookup)
+
+
+# --- variational-ex-catenary: F - f' dF/df' = f / sqrt(1 + f'^2) -------------------------------------
+def catenary_invariant(f, fp):
+    return f / torch.sqrt(1 + fp**2)
+
+
+def catenary_invariant_unsimplified(f, fp):
+    # F - f' dF/df' as it comes, without the common denominator
+    root = torch.sqrt(1 + fp**2)
+    return f * root - fp * (f * fp / root)
+
+
+def catenary_invariant_by_autograd(f, fp):
+    # dF/df' by autograd on a copy of the slope
+    p = fp.detach().clone().requires_grad_(True)
+    F = f * torch.sqrt(1 + p**2)
+    (dF,) = torch.autograd.grad(F.sum(), p)
+    return (F - p * dF).detach()
+
+
+@pytest.mark.parametrize("answer", [catenary_invariant, catenary_invariant_unsimplified,
+                                    catenary_invariant_by_autograd,
+                                    lambda f, fp: f * torch.rsqrt(1 + fp * fp)])
+def test_catenary_invariant_accepts_right_answers(answer, capsys):
+    assert check("variational-ex-catenary", answer)
+    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+def catenary_in_place(f, fp):
+    return f.div_(torch.sqrt(1 + fp**2))
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda f, fp: f * torch.sqrt(1 + fp**2), "(?s)wrong at 4 of 4 entries.*too large.*F itself"),
+    (lambda f, fp: f * fp**2 / torch.sqrt(1 + fp**2), "(?s)too small.*alone"),
+    (lambda f, fp: f * torch.sqrt(1 + fp**2) + f * fp**2 / torch.sqrt(1 + fp**2),
+     "(?s)too large.*mind the sign"),
+    (lambda f, fp: f * fp / torch.sqrt(1 + fp**2), "(?s)wrong at 2 of 2 entries.*dF/df' alone"),
+    (lambda f, fp: torch.sqrt(1 + fp**2), "(?s)too small.*derivative in f'"),
+    (lambda f, fp: -f / torch.sqrt(1 + fp**2), "(?s)wrong at 2 of 2 entries.*too small"),
+    (lambda f, fp: f / (1 + fp**2), "wrong at 4 of 4 entries"),
+    (lambda f, fp: 1 / torch.sqrt(1 + fp**2), "(?s)for f = 2.5, fp = 0 you return 1"),
+    # f dropped from the subtracted term (right where f = 1 only)
+    (lambda f, fp: f * torch.sqrt(1 + fp**2) - fp**2 / torch.sqrt(1 + fp**2),
+     "(?s)cosh.x. at x = -1, 0.5, 1.*wrong at 3 of 3 entries"),
+    (lambda f, fp: f / torch.sqrt(1 - fp**2), "(?s)wrong at 4 of 4 entries.*not a number"),
+    (lambda f, fp: torch.sqrt(f**2 - 1 + 0 * fp), "wrong at"),
+    (lambda f, fp: (f / torch.sqrt(1 + fp**2)).float(), "your value is torch.float32"),
+    (lambda f, fp: float(f[0] / math.sqrt(1 + float(fp[0]) ** 2)),
+     "should be a float tensor of shape"),
+    (catenary_in_place, "changed its arguments in place"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_catenary_invariant_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("variational-ex-catenary", answer)

@@ -12,6 +12,10 @@ equation" (book/05_euler_lagrange.ipynb).
   sinh(x) / sinh(1) of the integral of f'^2 + f^2 with f(0) = 0, f(1) = 1, at points of [0, 1]
   (a path that misses an end, the solution of f'' = -f and the straight line get hints of their
   own).
+* ``variational-ex-catenary`` (a derivation's end result): ``catenary_invariant(f, fp)``, the
+  quantity F - f' dF/df' = f / sqrt(1 + f'^2) that the Beltrami identity keeps constant for the
+  hanging chain (F itself, the subtracted term alone, the wrong sign, dF/df' and dF/df get hints
+  of their own).
 """
 
 from __future__ import annotations
@@ -349,4 +353,55 @@ def _check_sinh(el_solution):
                         "derive the Euler–Lagrange equation of F = f'^2 + f^2, write its "
                         "general solution with two constants and fit them to f(0) = 0, "
                         "f(1) = 1.", known)
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# variational-ex-catenary: Beltrami's first integral of F = f sqrt(1 + f'^2)
+def _catenary_cases():
+    g = check_generator(71)  # public in a notebook; the grader's secret salt changes it
+    f64 = dict(dtype=torch.float64)
+    n = 200
+    f = 0.1 + 4.9 * torch.rand(n, generator=g, **f64)
+    fp = 20 * torch.rand(n, generator=g, **f64) - 10
+    return [
+        ("a flat path (fp = 0)", torch.tensor([1.0, 2.5], **f64), torch.zeros(2, **f64)),
+        ("f = 1, fp = +-1, +-2", torch.ones(4, **f64), torch.tensor([1.0, -1.0, 2.0, -2.0], **f64)),
+        ("the catenary cosh(x) at x = -1, 0.5, 1", torch.cosh(torch.tensor([-1.0, 0.5, 1.0], **f64)),
+         torch.sinh(torch.tensor([-1.0, 0.5, 1.0], **f64))),
+        (f"{n} random f in [0.1, 5], fp in [-10, 10]", f, fp),
+        ("a [2, 3] batch", f[:6].reshape(2, 3), fp[:6].reshape(2, 3)),
+    ]
+
+
+@exercise("variational-ex-catenary", "the catenary's first integral")
+def _check_catenary_invariant(invariant):
+    """``invariant(f, fp)`` -> F - f' dF/df' = f / sqrt(1 + fp^2) for F = f sqrt(1 + fp^2)."""
+    cases = _catenary_cases()
+    for name, f, fp in cases:
+        desc = f"f = {describe(f)}, fp = {describe(fp)} ({name})"
+        args = (f.clone(), fp.clone())
+        got = call(invariant, *args, input_desc=desc)
+        expect_true(all(torch.equal(x, y) for x, y in zip(args, (f, fp))),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute a new tensor; do not use in-place methods such as mul_.")
+        root = torch.sqrt(1 + fp**2)
+        expected = f / root
+        known = (
+            (f * root, "that is F itself; the Beltrami expression subtracts f' dF/df'."),
+            (f * fp**2 / root, "that is the term f' dF/df' alone; Beltrami's expression is "
+                               "F minus it."),
+            (f * root + f * fp**2 / root, "mind the sign: the Beltrami expression is "
+                                          "F - f' dF/df'."),
+            (f * fp / root, "that is dF/df' alone; it is multiplied by f' and subtracted "
+                            "from F."),
+            (root, "that is dF/df, the derivative in f; the Beltrami expression needs the "
+                   "derivative in f'."),
+        )
+        # the unsimplified F - f' dF/df' loses about fp^2 * 1e-16 to cancellation: 1e-9 of
+        # f sqrt(1 + fp^2) covers it for |fp| <= 10
+        _expect_formula(got, expected, {"f": f, "fp": fp}, desc, "value", f * root,
+                        "differentiate F = f sqrt(1 + f'^2) in f' with f held fixed, multiply "
+                        "by f', subtract from F and simplify over the common denominator.",
+                        known)
     return len(cases)
