@@ -15,7 +15,8 @@ from softmaxbook.nce import AliasSampler, nce_loss
 
 
 def test_registered():
-    assert registered("nce") == ["nce-alias-table", "nce-objective", "nce-shifted-pmi"]
+    assert registered("nce") == ["nce-alias-table", "nce-ex-ns-optimum", "nce-objective",
+                                 "nce-shifted-pmi"]
 
 
 def stub(*args):
@@ -259,3 +260,66 @@ def test_shifted_pmi_accepts_right_answer(answer):
 def test_shifted_pmi_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=f"(?s){message}"):
         check("nce-shifted-pmi", answer)
+
+
+# --- nce-ex-ns-optimum: log sum_w exp(log p_d - log kq) ---------------------------------------------
+def ns_log_mass(p_d, q, k):
+    return torch.log((p_d / q).sum(-1)) - math.log(k)
+
+
+def ns_log_mass_lse(p_d, q, k):
+    # logsumexp of the optimal scores, log 0 = -inf for unseen words drops out
+    return torch.logsumexp(torch.log(p_d) - torch.log(k * q), dim=-1)
+
+
+def ns_log_mass_sigmoid(p_d, q, k):
+    # from the optimum's posterior sigma(s*) = p_d / (p_d + kq): e^s* = sigma / (1 - sigma)
+    post = p_d / (p_d + k * q)
+    return torch.log((post / (1 - post)).sum(dim=-1))
+
+
+@pytest.mark.parametrize("answer", [ns_log_mass, ns_log_mass_lse, ns_log_mass_sigmoid])
+def test_ns_log_mass_accepts_right_answers(answer, capsys):
+    assert check("nce-ex-ns-optimum", answer)
+    assert "correct on 6 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+def ns_in_place(p_d, q, k):
+    return p_d.div_(q).sum(-1).log() - math.log(k)
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the optimum taken for normalised (NCE's optimum)
+    (lambda p, q, k: torch.zeros(p.shape[:-1], dtype=p.dtype),
+     "(?s)k = 3 .*too small.*not a normalised log-probability"),
+    (lambda p, q, k: torch.log((p / q).sum(-1)), "(?s)k = 5 .*too large.*k is missing"),
+    (lambda p, q, k: torch.log((p / q).sum(-1)) + math.log(k), "(?s)mind the sign of log k"),
+    (lambda p, q, k: (p / q).sum(-1) / k, "(?s)k = 5 .*return 1, which is too large.*logarithm"),
+    (lambda p, q, k: torch.log((p / (p + k * q)).sum(-1)), "(?s)posterior sigma"),
+    (lambda p, q, k: torch.full(p.shape[:-1], -math.log(k), dtype=p.dtype),
+     "(?s)q does not cancel"),
+    # log of the mean instead of the sum
+    (lambda p, q, k: torch.log((p / q).mean(-1)) - math.log(k), "too small"),
+    # log q taken k times: s* = log p_d - k log q
+    (lambda p, q, k: torch.logsumexp(torch.log(p) - k * torch.log(q), -1),
+     "wrong at 1 of 1 entries"),
+    # the expected optimal score E_pd[s*] instead of the log of the total mass
+    (lambda p, q, k: torch.nansum(p * (torch.log(p) - torch.log(k * q)), -1),
+     "wrong at 1 of 1 entries"),
+    # the words the data never produce make it NaN: 0 * log 0
+    (lambda p, q, k: torch.log((p * torch.exp(-torch.log(p) * 0) / q).sum(-1)) - math.log(k)
+     + 0 * (p * torch.log(p)).sum(-1), "(?s)not a number.*p_d = 0"),
+    # summed over the contexts instead of the words
+    (lambda p, q, k: torch.log((p / q).sum(0)) - math.log(k), "should be a float tensor of shape"),
+    (lambda p, q, k: (torch.log((p / q).sum(-1)) - math.log(k)).float(),
+     "your log of the sum is torch.float32"),
+    (lambda p, q, k: float(torch.log((p / q).sum()) - math.log(k)),
+     "should be a float tensor of shape"),
+    (ns_in_place, "changed its arguments in place"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_ns_log_mass_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("nce-ex-ns-optimum", answer)
+

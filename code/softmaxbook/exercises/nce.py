@@ -6,6 +6,10 @@ sampling" (book/04_nce.ipynb).
   the sum (not the mean) over the k noise words, and stable at extreme scores.
 * ``nce-alias-table``: Vose's alias table; checked by the distribution the table samples, exactly.
 * ``nce-shifted-pmi``: the optimum of negative sampling, PMI - log k, from a joint table.
+* ``nce-ex-ns-optimum`` (a derivation's end result): ``ns_log_mass(p_d, q, k)``, the log of the
+  total mass sum_w exp s*(w) = sum_w p_d(w) / (k q(w)) of negative sampling's optimum per row
+  (0 for a normalised optimum, k missing or with the wrong sign, the sum without its log, the
+  posterior for e^s*, q dropped get hints of their own).
 """
 
 from __future__ import annotations
@@ -263,3 +267,122 @@ def _check_shifted_pmi(shifted_pmi):
             expect_true(bool(torch.isneginf(torch.as_tensor(got)[joint == 0]).all()),
                         f"for input {desc} a pair with p(w, c) = 0 should get -inf.")
     return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# Derivations whose end result is a formula, entered as a function of float64 tensors
+def _expect_formula(got, expected, where, desc: str, what: str, scale, hint: str,
+                    known: tuple = ()) -> None:
+    """``got`` equals the formula's values ``expected`` (float64, elementwise; -inf where the
+    formula is -inf) at the inputs.
+
+    The message names the entry furthest off (``where(i)`` describes entry ``i`` of the
+    flattened result) and says whether the answer is too
+    large or too small there, but never prints the expected value: a table of them would hand
+    out the result of the derivation. ``known`` holds ``(values, hint)`` pairs of recognised
+    mistakes; ``scale`` (a tensor like ``expected``) sets the tolerance of each entry, 1e-9
+    relative to the size of the formula's terms there.
+    """
+    shape = tuple(expected.shape)
+    expect_true(isinstance(got, torch.Tensor) and got.is_floating_point()
+                and tuple(got.shape) == shape,
+                f"for input {desc} the {what} should be a float tensor of shape {shape}; got "
+                f"{describe(got)}.",
+                hint="work with torch operations on the input tensors and reduce over the "
+                     "last dimension (the words) only.")
+    expect_true(got.dtype == torch.float64,
+                f"for input {desc} (float64) your {what} is {got.dtype}: return the inputs' "
+                f"dtype.", hint="do not convert to float32 (.float()).")
+    g64 = got.detach()
+
+    def matches(values):
+        same_inf = torch.isinf(values) & (g64 == values)
+        return same_inf | ((g64 - values).abs() <= 1e-9 * scale)
+
+    wrong = ~matches(expected)  # NaN counts as wrong
+    if not bool(wrong.any()):
+        return
+    for values, known_hint in known:
+        if bool(matches(values).all()):
+            hint = known_hint
+            break
+    err = torch.where(wrong, (g64 - expected).abs().nan_to_num(float("inf")) / scale, 0.0)
+    i = int(err.flatten().argmax())
+    at = where(i)
+    gi, ei = float(g64.flatten()[i]), float(expected.flatten()[i])
+    how = ("not a number" if math.isnan(gi) else "too large" if gi > ei else "too small")
+    expect_true(False, f"for input {desc} your {what} is wrong at {int(wrong.sum())} of "
+                       f"{wrong.numel()} entries, e.g. for {at} you return {gi:.10g}, which "
+                       f"is {how}.", hint=hint)
+
+
+# ------------------------------------------------------------------------------------------------
+# nce-ex-ns-optimum: log sum_w exp s*(w) for negative sampling's optimum s* = log p_d - log kq
+def _ns_log_mass_cases():
+    g = check_generator(97)  # public in a notebook; the grader's secret salt changes it
+    pd5 = torch.tensor([0.4, 0.3, 0.15, 0.1, 0.05], **f64)
+    u5 = torch.full((5,), 0.2, **f64)
+    zipf = 1 / torch.arange(1, 9, **f64)
+    zipf = zipf / zipf.sum()
+    with_zero = torch.tensor([0.5, 0.25, 0.0, 0.25], **f64)
+    q4 = torch.tensor([0.4, 0.3, 0.2, 0.1], **f64)
+    C, V = 3, 12
+    pd = torch.rand(C, V, generator=g, **f64) ** 3
+    pd[torch.rand(C, V, generator=g) < 0.2] = 0.0
+    pd[:, 0] += 0.01
+    pd = pd / pd.sum(-1, keepdim=True)
+    q = torch.rand(C, V, generator=g, **f64) + 0.05
+    q = q / q.sum(-1, keepdim=True)
+    k_rand = int(torch.randint(2, 30, (1,), generator=g))
+    return [
+        ("the sign experiment's p_d, uniform q, k = V = 5", pd5, u5, 5),
+        ("the sign experiment's p_d, uniform q, k = 3", pd5, u5, 3),
+        ("a Zipf p_d over 8 words, q = p_d, k = 10", zipf, zipf.clone(), 10),
+        ("q = Zipf^0.75, k = 1", zipf, zipf**0.75 / (zipf**0.75).sum(), 1),
+        ("a word the data never produce", with_zero, q4, 2),
+        (f"{C} contexts of {V} words, some unseen, random q, k = {k_rand}", pd, q, k_rand),
+    ]
+
+
+@exercise("nce-ex-ns-optimum", "the total mass of negative sampling's optimum")
+def _check_ns_log_mass(ns_log_mass):
+    """``ns_log_mass(p_d, q, k)`` -> log sum_w p_d(w) / (k q(w)) over the last dimension."""
+    cases = _ns_log_mass_cases()
+    for name, pd, q, k in cases:
+        desc = f"p_d = {describe(pd)}, q = {describe(q)}, k = {k} ({name})"
+        args = (pd.clone(), q.clone())
+        with _package_forbidden():
+            got = call(ns_log_mass, *args, k, input_desc=desc, forbid_reason=_NO_PACKAGE)
+        expect_true(all(torch.equal(x, y) for x, y in zip(args, (pd, q))),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute new tensors; do not use in-place methods such as log_.")
+        ratio = (pd / q).sum(-1)
+        expected = torch.log(ratio) - math.log(k)
+        scale = 1 + expected.abs()
+        known = (
+            (torch.zeros_like(expected),
+             "s* is not a normalised log-probability: the sum of e^s* is 1 only in special "
+             "cases. Compute it from s* = log p_d - log kq."),
+            (torch.log(ratio), "k is missing: k noise words per data word scale the noise "
+                               "term of the objective."),
+            (torch.log(ratio) + math.log(k), "mind the sign of log k: more noise words push "
+                                             "the optimal scores down."),
+            (ratio / k, "that is the sum itself; the exercise asks for its logarithm."),
+            (torch.log((pd / (pd + k * q)).sum(-1)),
+             "p_d / (p_d + kq) is the posterior sigma(s*), not e^s*."),
+            (torch.full_like(expected, -math.log(k)),
+             "the noise distribution q does not cancel: it enters s* word by word."),
+        )
+        def where(i, pd=pd):
+            return f"row {i} of p_d and q" if pd.dim() > 1 else "these p_d and q"
+
+        hint = ("set the derivative of the per-word objective "
+                "-p_d log sigma(s) - k q log sigma(-s) to zero, solve for s*, then sum e^s* "
+                "over the words (the last dimension).")
+        if (isinstance(got, torch.Tensor) and bool(torch.isnan(got).any())
+                and bool((pd == 0).any())):
+            hint = ("a word the data never produce (p_d = 0) has s* = -inf and adds "
+                    "e^-inf = 0 to the sum; 0 * log 0 is NaN in floating point.")
+        _expect_formula(got, expected, where, desc, "log of the sum", scale, hint, known)
+    return len(cases)
+
