@@ -10,7 +10,8 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 
 def test_registered():
-    assert registered("softmax") == ["softmax-cross-entropy", "softmax-stable-lse"]
+    assert registered("softmax") == ["softmax-cross-entropy", "softmax-ex-se-gradient",
+                                     "softmax-stable-lse"]
 
 
 # --- softmax-stable-lse ----------------------------------------------------------------------
@@ -356,3 +357,69 @@ def test_notebook_labels_match_the_registered_checks():
     checked = {m for t in text for m in re.findall(r'check\("([^"]+)"', t)}
     coding = {m for t in text for m in re.findall(r"```\{exercise-start\}\n:label: (\S+)", t)}
     assert checked == coding == set(registered("softmax"))
+
+
+# --- softmax-ex-se-gradient: the squared error's gradient on the true logit, K classes ---------
+def se_grad_true(p, K):
+    return -2 * K / (K - 1) * p * (1 - p) ** 2
+
+
+def se_grad_true_split(p, K):  # the two-class result times 1 + 1/(K - 1), over 2
+    return -2 * p * (1 - p) ** 2 * (1 + 1 / (K - 1))
+
+
+def se_grad_true_bracket(p, K):  # (softmax-se-grad) written out: 2 p ((p − 1) − Σ_k ...)
+    total = (p - 1) * p + (K - 1) * ((1 - p) / (K - 1)) ** 2
+    return 2 * p * ((p - 1) - total)
+
+
+@pytest.mark.parametrize("answer", [se_grad_true, se_grad_true_split, se_grad_true_bracket])
+def test_se_gradient_accepts_right_answers(answer, capsys):
+    assert check("softmax-ex-se-gradient", answer)
+    assert "correct on 4 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the two-class result for every K
+    (lambda p, K: -4 * p * (1 - p) ** 2, r"(?s)K = 3, 10 and 1000\) your gradient is wrong at "
+                                         r"21 of 21.*two-class one for every K"),
+    (lambda p, K: -2 * p * (1 - p) ** 2, r"two classes\) your gradient is wrong at 7 of 7"),
+    (lambda p, K: 2 * K / (K - 1) * p * (1 - p) ** 2, r"(?s)wrong at 7 of 7.*wrong sign"),
+    (lambda p, K: -2 * K / (K - 1) * (1 - p) ** 2, "wrong at 7 of 7"),  # the factor p dropped
+    (lambda p, K: 2 * p * (p - 1), "wrong at 6 of 7"),  # the sum over k dropped
+    (lambda p, K: p - 1, "wrong at 6 of 7"),  # cross entropy's gradient
+    (lambda p, K: -2 * (K - 1) / K * p * (1 - p) ** 2, r"two classes\) .*wrong at 7 of 7"),
+    (lambda p, K: -2 * K * p * (1 - p) ** 2, r"K = 3, 10 and 1000\) .*wrong at 21 of 21"),
+    # K instead of K - 1 other classes in the sum
+    (lambda p, K: -2 * (K + 1) / K * p * (1 - p) ** 2, "wrong at 7 of 7"),
+    # the mean over the classes, (1/K) Σ_k (p_k − y_k)²
+    (lambda p, K: -2 / (K - 1) * p * (1 - p) ** 2, "wrong at 7 of 7"),
+    (lambda p, K: -2 * K / (K - 1) * p ** 2 * (1 - p), "wrong at 6 of 7"),
+    (lambda p, K: se_grad_true(p, K).float(), "your gradient is torch.float32"),
+    (lambda p, K: se_grad_true(p, K).sum(), "should be a float tensor of shape"),
+    (lambda p, K: p.mul_(-2 * K / (K - 1) * (1 - p) ** 2), "changed its arguments in place"),
+    (lambda p, K: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_se_gradient_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("softmax-ex-se-gradient", answer)
+
+
+def test_se_gradient_reference_is_the_autograd_gradient():
+    # the gradient of Σ_k (softmax(z)_k − y_k)² on z_1, by autograd, for logits that give the
+    # true class p and the others (1 − p)/(K − 1) each
+    for K in (2, 3, 7):
+        p = torch.tensor([0.05, 1 / 3, 0.8], dtype=torch.float64)
+        z = torch.log(torch.cat([p[:, None], ((1 - p) / (K - 1))[:, None].expand(3, K - 1)],
+                                1)).requires_grad_()
+        y = torch.zeros(3, K, dtype=torch.float64)
+        y[:, 0] = 1
+        ((torch.softmax(z, 1) - y) ** 2).sum().backward()
+        assert torch.allclose(z.grad[:, 0], se_grad_true(p, torch.full_like(p, K)), rtol=1e-12)
+
+
+def test_se_gradient_message_does_not_hand_out_the_answer():
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check("softmax-ex-se-gradient", lambda p, K: -4 * p * (1 - p) ** 2)
+    assert "expected" not in str(err.value)

@@ -238,3 +238,70 @@ def _check_cross_entropy(mean_cross_entropy):
         expect_close(got, expected, input_desc=desc, rtol=1e-5, atol=1e-6,
                      hint=_ROW_HINT if CE_PER_ROW in desc else _CE_HINT)
     return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# softmax-ex-se-gradient (a derivation's end result): the squared error's gradient on the true
+# logit, K classes, the true class first with probability p and the others sharing 1 - p equally
+F64 = torch.float64
+
+
+def _se_grad_cases():
+    g = check_generator(1011)  # public in a notebook; the grader's secret salt changes it
+    grid = torch.tensor([1e-9, 0.01, 0.2, 1 / 3, 0.5, 0.9, 1 - 1e-6], dtype=F64)
+    k_rand = torch.randint(2, 1001, (200,), generator=g).to(F64)
+    cases = [
+        ("two classes", grid, torch.full_like(grid, 2.0)),
+        ("K = 3, 10 and 1000", grid.repeat(3), torch.tensor([3.0, 10.0, 1000.0],
+                                                             dtype=F64).repeat_interleave(7)),
+        ("200 random p in (0, 1), K from 2 to 1000",
+         torch.rand(200, generator=g, dtype=F64).clamp(1e-6, 1 - 1e-6), k_rand),
+        ("a [3, 4] batch", torch.rand(3, 4, generator=g, dtype=F64).clamp(1e-3, 1 - 1e-3),
+         torch.randint(2, 20, (3, 4), generator=g).to(F64)),
+    ]
+    return cases
+
+
+@exercise("softmax-ex-se-gradient", "squared error's gradient on the true logit")
+def _check_se_gradient(se_grad_true):
+    """``se_grad_true(p, K)`` -> tensor of the shape of ``p`` and ``K``, elementwise."""
+    cases = _se_grad_cases()
+    for name, p, k in cases:
+        desc = f"p = {describe(p)}, K = {describe(k)} ({name})"
+        p_in, k_in = p.clone(), k.clone()
+        got = call(se_grad_true, p_in, k_in, input_desc=desc)
+        expect_true(torch.equal(p_in, p) and torch.equal(k_in, k),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute a new tensor; do not use in-place methods such as mul_ on p.")
+        expect_true(isinstance(got, torch.Tensor) and got.is_floating_point()
+                    and got.shape == p.shape,
+                    f"for input {desc} the gradient should be a float tensor of shape "
+                    f"{tuple(p.shape)} (one gradient per entry of p and K), got "
+                    f"{describe(got)}.", hint="work elementwise; do not reduce over a dimension.")
+        expect_true(got.dtype == F64, f"for input {desc} (float64) your gradient is "
+                                      f"{got.dtype}: return float64, the inputs' dtype.")
+        expected = -2 * k / (k - 1) * p * (1 - p) ** 2
+        g64 = got.detach().cpu()
+        hint = ("put p_1 = p, p_k = (1 − p)/(K − 1) for the other classes and y = (1, 0, …, 0) "
+                "into (softmax-se-grad) with j = 1: the sum over k has one term for the true "
+                "class and K − 1 equal ones. For K = 2 the result must be −4p(1 − p)².")
+        if torch.allclose(g64, -4 * p * (1 - p) ** 2, rtol=1e-9, atol=0) and name != "two classes":
+            hint = ("your gradient is the two-class one for every K: with K classes the other "
+                    "K − 1 classes have probability (1 − p)/(K − 1) each, and all of them enter "
+                    "the sum in (softmax-se-grad).")
+        elif torch.allclose(g64, -expected, rtol=1e-9, atol=0):
+            hint = ("your gradient has the wrong sign: gradient descent must raise the true "
+                    "logit z_1, so the derivative of the loss with respect to it is negative.")
+        # Compared to 1e-12 relative plus 1e-14 p (1 - p), the size of the terms in the bracket
+        # of (softmax-se-grad): a right formula written as that bracket loses digits near p = 1.
+        # The message names the entry that is furthest off, not the expected values.
+        tol = 1e-12 * expected.abs() + 1e-14 * p * (1 - p)
+        wrong = ~((g64 - expected).abs() <= tol)
+        if bool(wrong.any()):
+            err = ((g64 - expected).abs() / tol).nan_to_num(float("inf")).flatten()
+            i = int(err.argmax())
+            expect_true(False, f"for input {desc} your gradient is wrong at {int(wrong.sum())} "
+                               f"of {wrong.numel()} entries, e.g. for p = "
+                               f"{float(p.flatten()[i]):.12g}, K = {float(k.flatten()[i]):g} "
+                               f"you return {float(g64.flatten()[i]):.6g}.", hint=hint)
+    return len(cases)
