@@ -22,7 +22,8 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 def test_registered():
     assert registered("calibration") == ["calibration-ece", "calibration-fpr95",
-                                         "calibration-kl-uniform", "calibration-newton-step"]
+                                         "calibration-kl-uniform", "calibration-newton-step",
+                                         "calibration-vector-maxent"]
 
 
 # --- calibration-ece --------------------------------------------------------------------------
@@ -556,3 +557,63 @@ def test_newton_step_reference_agrees_with_autograd():
     for beta, z, y, _ in _newton_cases():
         assert abs(_reference_newton(beta, z, y) - newton_beta_autograd(beta, z, y)) <= \
             1e-12 * (1 + abs(beta))
+
+
+# --- calibration-vector-maxent: softmax(lam * z_i), one multiplier per class --------------------
+def vector_map(logits, lam):
+    return torch.softmax(lam * logits, dim=1)
+
+
+def vector_map_diag(logits, lam):  # logits times diag(lam), then the softmax written out
+    s = logits @ torch.diag(lam)
+    e = torch.exp(s - s.max(1, keepdim=True).values)
+    return e / e.sum(1, keepdim=True)
+
+
+def vector_map_logs(logits, lam):  # through log q = lam z - logsumexp(lam z)
+    s = lam[None, :] * logits
+    return torch.exp(s - torch.logsumexp(s, 1, keepdim=True))
+
+
+@pytest.mark.parametrize("answer", [vector_map, vector_map_diag, vector_map_logs])
+def test_vector_maxent_accepts_right_answers(answer, capsys):
+    assert check("calibration-vector-maxent", answer)
+    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+SCALED = r"for input logits = .*\(one multiplier per class\)\n  expected probabilities"
+
+
+@pytest.mark.parametrize("answer, message", [
+    # one temperature after all: the mean multiplier for every class
+    (lambda z, lam: torch.softmax(lam.mean() * z, 1), SCALED),
+    (lambda z, lam: torch.softmax(z + lam, 1), SCALED),  # a bias per class, not a scale
+    (lambda z, lam: torch.softmax(z / lam, 1), SCALED),  # a temperature per class
+    (lambda z, lam: torch.softmax(-lam * z, 1), r"(?s)\(all multipliers 1 .*sign flipped"),
+    (lambda z, lam: torch.exp(lam * z), r"(?s)multipliers 1 .*each row of q should sum to 1"),
+    (lambda z, lam: torch.softmax(lam * z, 0), r"(?s)multipliers 1 .*sum to 1"),  # over rows
+    (lambda z, lam: lam * torch.softmax(z, 1), r"(?s)" + SCALED + r".*sum to 1"),
+    (lambda z, lam: (lam * torch.softmax(z, 1)) / (lam * torch.softmax(z, 1)).sum(1, True),
+     SCALED),  # the softmax reweighted by lam
+    (lambda z, lam: torch.softmax(z, 1), SCALED),  # the multipliers ignored
+    (lambda z, lam: torch.softmax(lam * z, 1).float(), "your probabilities are torch.float32"),
+    (lambda z, lam: torch.softmax(lam * z, 1)[:, :-1], "should be a float tensor of the shape"),
+    (lambda z, lam: torch.softmax(z.mul_(lam), 1), "changed its argument 'logits' in place"),
+    (lambda z, lam: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_vector_maxent_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("calibration-vector-maxent", answer)
+
+
+def test_vector_maxent_reference_solves_the_constrained_problem():
+    # softmax(lam * z_i) is the stationary point of the Lagrangian with one multiplier per class:
+    # the gradient of the entropy plus the constraints' terms vanishes up to a per-row constant
+    from softmaxbook.exercises.calibration import _vector_maxent_cases
+    for _, z, lam in _vector_maxent_cases():
+        q = vector_map(z, lam).requires_grad_()
+        lagrangian = -(q * q.log()).sum() + (lam * (z * q).sum(0)).sum()
+        (grad,) = torch.autograd.grad(lagrangian, q)
+        # ∂L/∂q_ik = -log q_ik - 1 + lam_k z_ik: the same for every k of a row (that is mu_i)
+        assert torch.allclose(grad - grad[:, :1], torch.zeros_like(grad), atol=1e-9)

@@ -14,6 +14,9 @@
 * ``calibration-newton-step`` (a derivation's end result): ``newton_beta(beta, logits, labels)``,
   the new ``beta`` after one Newton step on NLL(beta), compared to 1e-12; autograd is refused,
   and a numerical derivative or float32 arithmetic gets a hint of its own.
+* ``calibration-vector-maxent`` (a derivation's end result): ``vector_map(logits, lam)``, the
+  maximum-entropy probabilities under one logit constraint per class, ``softmax(lam * z_i)``
+  with the multipliers' sign of (calibration-lagrangian) (a flipped sign gets a hint).
 
 The ECE and the FPR may come back as a Python or NumPy number or a one-element tensor of any
 float dtype: they are compared to about 5 significant digits (RTOL), which float32 arithmetic
@@ -415,4 +418,59 @@ def _check_newton_step(newton_beta):
         e, gv = _apart(want, value)
         expect_true(False, f"for input {desc}\n  expected new beta {e}\n  but got           "
                            f"{gv}\n  (difference {value - want:+.3g}).", hint)
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# calibration-vector-maxent (a derivation's end result): the maximum-entropy map under one logit
+# constraint per class, q_i = softmax(lam * z_i) with lam one multiplier per class
+def _vector_maxent_cases():
+    g = check_generator(2037)  # public in a notebook; the grader's secret salt changes it
+    z_hand = torch.tensor([[2.0, 0.0, -1.0], [0.5, 1.5, 0.0]], **f64)
+    cases = [
+        ("all multipliers 1 (the softmax itself)", z_hand, torch.ones(3, **f64)),
+        ("one multiplier per class", z_hand, torch.tensor([2.0, 0.5, 1.0], **f64)),
+        ("a multiplier 0 and a negative one", z_hand, torch.tensor([0.0, -1.0, 3.0], **f64)),
+        ("20 rows of 7 logits ~ N(0, 3^2), multipliers uniform on [-2, 3]",
+         3 * torch.randn(20, 7, generator=g, **f64),
+         -2 + 5 * torch.rand(7, generator=g, **f64)),
+        ("one row of 40 logits", 2 * torch.randn(1, 40, generator=g, **f64),
+         0.1 + 2 * torch.rand(40, generator=g, **f64)),
+    ]
+    if check_salt():  # the hand case with its classes permuted and new multipliers
+        perm = torch.randperm(3, generator=g)
+        cases.append(("one multiplier per class, classes permuted", z_hand[:, perm],
+                      -1 + 3 * torch.rand(3, generator=g, **f64)))
+    return cases
+
+
+@exercise("calibration-vector-maxent", "maximum entropy with one constraint per class")
+def _check_vector_maxent(vector_map):
+    """``vector_map(logits, lam)`` -> probabilities of the shape of ``logits``."""
+    cases = _vector_maxent_cases()
+    for name, z, lam in cases:
+        desc = f"logits = {describe(z)}, lam = {describe(lam)} ({name})"
+        passed = (z.clone(), lam.clone())
+        got = call(vector_map, *passed, input_desc=desc)
+        _expect_unchanged(passed, (z, lam), ("logits", "lam"), desc)
+        expect_true(isinstance(got, torch.Tensor) and got.is_floating_point()
+                    and got.shape == z.shape,
+                    f"for input {desc} the result should be a float tensor of the shape of the "
+                    f"logits, {tuple(z.shape)} (one distribution q_i per row), got "
+                    f"{describe(got)}.")
+        expect_true(got.dtype == torch.float64, f"for input {desc} (float64) your "
+                    f"probabilities are {got.dtype}: return float64, the logits' dtype.")
+        want = torch.softmax(lam * z, dim=1)
+        g64 = got.detach().cpu()
+        hint = ("give each constraint k its own multiplier lam_k, entering the Lagrangian as "
+                "lambda does in (calibration-lagrangian), and set the derivative with respect "
+                "to q_ik to zero: which multipliers does the term of q_ik contain?")
+        if torch.allclose(g64, torch.softmax(-lam * z, dim=1), rtol=1e-9, atol=1e-12):
+            hint = ("your map has the multipliers' sign flipped: with the sign convention of "
+                    "(calibration-lagrangian), one constraint gives softmax(lambda z_i).")
+        elif not torch.allclose(g64.sum(1), torch.ones(len(z), **f64), atol=1e-9):
+            hint = ("each row of q should sum to 1 (the normalisation constraints, one "
+                    "multiplier mu_i per example).")
+        expect_close(got, want, input_desc=desc, rtol=1e-10, atol=1e-14, what="probabilities",
+                     hint=hint)
     return len(cases)
