@@ -15,8 +15,8 @@ from softmaxbook.nce import AliasSampler, nce_loss
 
 
 def test_registered():
-    assert registered("nce") == ["nce-alias-table", "nce-ex-ns-optimum", "nce-objective",
-                                 "nce-shifted-pmi"]
+    assert registered("nce") == ["nce-alias-table", "nce-ex-ns-optimum", "nce-ex-posterior",
+                                 "nce-objective", "nce-shifted-pmi"]
 
 
 def stub(*args):
@@ -323,3 +323,58 @@ def test_ns_log_mass_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("nce-ex-ns-optimum", answer)
 
+
+# --- nce-ex-posterior: log-odds log p_d - log q + log(pi / (1 - pi)) -------------------------------
+def data_log_odds(log_pd, log_q, prior):
+    return log_pd - log_q + torch.log(prior) - torch.log1p(-prior)
+
+
+def data_log_odds_by_ratio(log_pd, log_q, prior):
+    # log of the posterior odds pi p_d / ((1 - pi) q)
+    return torch.log(prior * torch.exp(log_pd) / ((1 - prior) * torch.exp(log_q)))
+
+
+def data_log_odds_logit(log_pd, log_q, prior):
+    # the prior's logit, torch.logit(pi) = log(pi / (1 - pi))
+    return (log_pd - log_q) + torch.logit(prior)
+
+
+@pytest.mark.parametrize("answer", [data_log_odds, data_log_odds_by_ratio, data_log_odds_logit])
+def test_log_odds_accepts_right_answers(answer, capsys):
+    assert check("nce-ex-posterior", answer)
+    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+def log_odds_in_place(log_pd, log_q, prior):
+    return log_pd.sub_(log_q).add_(torch.logit(prior))
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda lp, lq, pi: lp - lq, "(?s)k = 1, 3, 10, 100.*too large.*the prior is missing"),
+    (lambda lp, lq, pi: lp - lq - torch.logit(pi), "(?s)too large.*upside down"),
+    (lambda lp, lq, pi: lp - lq + torch.log(pi), "(?s)too small.*the noise's prior enters"),
+    (lambda lp, lq, pi: torch.sigmoid(lp - lq + torch.logit(pi)),
+     "(?s)posterior probability"),
+    (lambda lp, lq, pi: F.logsigmoid(lp - lq + torch.logit(pi)), "(?s)also subtract"),
+    (lambda lp, lq, pi: lq - lp - torch.logit(pi), "(?s)noise's log-odds"),
+    # the data's prior dropped from the odds: only 1 / (1 - pi)
+    (lambda lp, lq, pi: lp - lq - torch.log1p(-pi), "too large"),
+    # the odds, not their log
+    (lambda lp, lq, pi: torch.exp(lp - lq) * pi / (1 - pi), "wrong at 4 of 4 entries"),
+    # the posterior of Bayes' rule with the likelihoods added instead of multiplied
+    (lambda lp, lq, pi: torch.log(pi + torch.exp(lp)) - torch.log(1 - pi + torch.exp(lq)),
+     "wrong at 4 of 4 entries"),
+    # log q dropped (the noise's likelihood)
+    (lambda lp, lq, pi: lp + torch.logit(pi), "too small"),
+    # the -inf word turned into NaN: 0 * inf
+    (lambda lp, lq, pi: torch.where(torch.isinf(lp), torch.nan, lp) - lq + torch.logit(pi),
+     "not a number"),
+    (lambda lp, lq, pi: (lp - lq + torch.logit(pi)).float(), "your log-odds is torch.float32"),
+    (lambda lp, lq, pi: (lp - lq + torch.logit(pi)).sum(), "should be a float tensor of shape"),
+    (log_odds_in_place, "changed its arguments in place"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_log_odds_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("nce-ex-posterior", answer)

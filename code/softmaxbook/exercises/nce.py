@@ -10,6 +10,11 @@ sampling" (book/04_nce.ipynb).
   total mass sum_w exp s*(w) = sum_w p_d(w) / (k q(w)) of negative sampling's optimum per row
   (0 for a normalised optimum, k missing or with the wrong sign, the sum without its log, the
   posterior for e^s*, q dropped get hints of their own).
+* ``nce-ex-posterior`` (a derivation's end result): ``data_log_odds(log_pd, log_q, prior)``, the
+  posterior log-odds log p_d - log q + log(pi / (1 - pi)) that a word came from the data when
+  the data's prior is pi (pi = 1 / (k + 1) gives NCE's log p_d - log kq; the prior missing,
+  upside down or without the noise's part, the posterior or its log for the log-odds, and the
+  noise's log-odds get hints of their own).
 """
 
 from __future__ import annotations
@@ -386,3 +391,68 @@ def _check_ns_log_mass(ns_log_mass):
         _expect_formula(got, expected, where, desc, "log of the sum", scale, hint, known)
     return len(cases)
 
+
+# ------------------------------------------------------------------------------------------------
+# nce-ex-posterior: the log-odds that a word came from the data, for a prior pi of the data
+def _log_odds_cases():
+    g = check_generator(101)  # public in a notebook; the grader's secret salt changes it
+    n = 200
+    log_pd = torch.log(torch.rand(n, generator=g, **f64) * 0.5 + 1e-4)
+    log_q = torch.log(torch.rand(n, generator=g, **f64) * 0.5 + 1e-4)
+    prior = 0.01 + 0.98 * torch.rand(n, generator=g, **f64)
+    ks = torch.tensor([1.0, 3.0, 10.0, 100.0], **f64)
+    return [
+        ("NCE's prior 1 / (k + 1) for k = 1, 3, 10, 100",
+         torch.log(torch.tensor([0.4, 0.3, 0.15, 0.1], **f64)), torch.full((4,), math.log(0.2), **f64),
+         1 / (ks + 1)),
+        ("p_d = q, priors 0.5, 0.9, 0.1", torch.full((3,), math.log(0.25), **f64),
+         torch.full((3,), math.log(0.25), **f64), torch.tensor([0.5, 0.9, 0.1], **f64)),
+        ("a word the data never produce (log p_d = -inf)",
+         torch.tensor([-math.inf, math.log(0.3)], **f64), torch.log(torch.tensor([0.1, 0.1], **f64)),
+         torch.tensor([0.25, 0.25], **f64)),
+        (f"{n} random words and priors in [0.01, 0.99]", log_pd, log_q, prior),
+        ("a [2, 3] batch", log_pd[:6].reshape(2, 3), log_q[:6].reshape(2, 3),
+         prior[:6].reshape(2, 3)),
+    ]
+
+
+@exercise("nce-ex-posterior", "the posterior log-odds of data against noise")
+def _check_log_odds(data_log_odds):
+    """``data_log_odds(log_pd, log_q, prior)`` -> log_pd - log_q + log(prior / (1 - prior))."""
+    cases = _log_odds_cases()
+    for name, log_pd, log_q, prior in cases:
+        desc = (f"log_pd = {describe(log_pd)}, log_q = {describe(log_q)}, "
+                f"prior = {describe(prior)} ({name})")
+        args = (log_pd.clone(), log_q.clone(), prior.clone())
+        with _package_forbidden():
+            got = call(data_log_odds, *args, input_desc=desc, forbid_reason=_NO_PACKAGE)
+        expect_true(all(torch.equal(x, y) for x, y in zip(args, (log_pd, log_q, prior))),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute a new tensor; do not use in-place methods such as sub_.")
+        prior_odds = torch.log(prior) - torch.log1p(-prior)
+        expected = log_pd - log_q + prior_odds
+        scale = 1 + log_q.abs() + prior_odds.abs() + log_pd.abs().nan_to_num(posinf=0.0)
+        known = (
+            (log_pd - log_q, "the prior is missing: the posterior odds are the prior odds "
+                             "times the likelihood ratio."),
+            (log_pd - log_q - prior_odds, "the prior odds are upside down: the data word "
+                                          "is favoured when its prior is large."),
+            (log_pd - log_q + torch.log(prior), "the prior odds are pi / (1 - pi), not pi: "
+                                                "the noise's prior enters too."),
+            (torch.sigmoid(expected), "that is the posterior probability P(Y = 1 | w); the "
+                                      "exercise asks for its log-odds."),
+            (torch.nn.functional.logsigmoid(expected),
+             "that is log P(Y = 1 | w); the log-odds also subtract log P(Y = 0 | w)."),
+            (-expected, "that is the noise's log-odds; the exercise asks for the data's."),
+        )
+
+        def where(i, log_pd=log_pd, log_q=log_q, prior=prior):
+            return (f"log_pd = {float(log_pd.flatten()[i]):.6g}, "
+                    f"log_q = {float(log_q.flatten()[i]):.6g}, "
+                    f"prior = {float(prior.flatten()[i]):.6g}")
+
+        _expect_formula(got, expected, where, desc, "log-odds", scale,
+                        "Bayes' rule: P(Y = 1 | w) is proportional to pi p_d(w), P(Y = 0 | w) "
+                        "to (1 - pi) q(w); take the log of their ratio. With pi = 1 / (k + 1) "
+                        "you should get the chapter's log p_d - log kq.", known)
+    return len(cases)
