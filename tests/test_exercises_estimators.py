@@ -287,7 +287,7 @@ def test_laplace_statistical_tests_false_rejection_rate():
     assert rejected == []
 
 
-# --- estimators-ex-variances: Var of a ((mu + eps)^2 - c) eps --------------------------------------
+# --- estimators-ex-variances: Var of a ((mu + eps)^2 - c) eps -------------------------------------
 def score_variance(mu, a, c):
     return a**2 * (mu**4 + 14 * mu**2 + 15 - 2 * c * (mu**2 + 3) + c**2)
 

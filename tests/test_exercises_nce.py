@@ -262,7 +262,7 @@ def test_shifted_pmi_rejects_wrong_answers(answer, message):
         check("nce-shifted-pmi", answer)
 
 
-# --- nce-ex-ns-optimum: log sum_w exp(log p_d - log kq) ---------------------------------------------
+# --- nce-ex-ns-optimum: log sum_w exp(log p_d - log kq) -------------------------------------------
 def ns_log_mass(p_d, q, k):
     return torch.log((p_d / q).sum(-1)) - math.log(k)
 
@@ -324,7 +324,7 @@ def test_ns_log_mass_rejects_wrong_answers(answer, message):
         check("nce-ex-ns-optimum", answer)
 
 
-# --- nce-ex-posterior: log-odds log p_d - log q + log(pi / (1 - pi)) -------------------------------
+# --- nce-ex-posterior: log-odds log p_d - log q + log(pi / (1 - pi)) ------------------------------
 def data_log_odds(log_pd, log_q, prior):
     return log_pd - log_q + torch.log(prior) - torch.log1p(-prior)
 

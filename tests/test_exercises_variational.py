@@ -445,7 +445,7 @@ def test_sinh_rejects_a_table_of_the_public_points():
         check("variational-ex-sinh", lookup)
 
 
-# --- variational-ex-catenary: F - f' dF/df' = f / sqrt(1 + f'^2) -------------------------------------
+# --- variational-ex-catenary: F - f' dF/df' = f / sqrt(1 + f'^2) ----------------------------------
 def catenary_invariant(f, fp):
     return f / torch.sqrt(1 + fp**2)
 

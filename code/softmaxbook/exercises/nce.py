@@ -403,12 +403,14 @@ def _log_odds_cases():
     ks = torch.tensor([1.0, 3.0, 10.0, 100.0], **f64)
     return [
         ("NCE's prior 1 / (k + 1) for k = 1, 3, 10, 100",
-         torch.log(torch.tensor([0.4, 0.3, 0.15, 0.1], **f64)), torch.full((4,), math.log(0.2), **f64),
+         torch.log(torch.tensor([0.4, 0.3, 0.15, 0.1], **f64)),
+         torch.full((4,), math.log(0.2), **f64),
          1 / (ks + 1)),
         ("p_d = q, priors 0.5, 0.9, 0.1", torch.full((3,), math.log(0.25), **f64),
          torch.full((3,), math.log(0.25), **f64), torch.tensor([0.5, 0.9, 0.1], **f64)),
         ("a word the data never produce (log p_d = -inf)",
-         torch.tensor([-math.inf, math.log(0.3)], **f64), torch.log(torch.tensor([0.1, 0.1], **f64)),
+         torch.tensor([-math.inf, math.log(0.3)], **f64),
+         torch.log(torch.tensor([0.1, 0.1], **f64)),
          torch.tensor([0.25, 0.25], **f64)),
         (f"{n} random words and priors in [0.01, 0.99]", log_pd, log_q, prior),
         ("a [2, 3] batch", log_pd[:6].reshape(2, 3), log_q[:6].reshape(2, 3),

@@ -367,7 +367,8 @@ def _catenary_cases():
     return [
         ("a flat path (fp = 0)", torch.tensor([1.0, 2.5], **f64), torch.zeros(2, **f64)),
         ("f = 1, fp = +-1, +-2", torch.ones(4, **f64), torch.tensor([1.0, -1.0, 2.0, -2.0], **f64)),
-        ("the catenary cosh(x) at x = -1, 0.5, 1", torch.cosh(torch.tensor([-1.0, 0.5, 1.0], **f64)),
+        ("the catenary cosh(x) at x = -1, 0.5, 1",
+         torch.cosh(torch.tensor([-1.0, 0.5, 1.0], **f64)),
          torch.sinh(torch.tensor([-1.0, 0.5, 1.0], **f64))),
         (f"{n} random f in [0.1, 5], fp in [-10, 10]", f, fp),
         ("a [2, 3] batch", f[:6].reshape(2, 3), fp[:6].reshape(2, 3)),
