@@ -17,6 +17,7 @@ import csv
 import json
 import os
 import shutil
+import re
 import subprocess
 import sys
 import time
@@ -42,9 +43,15 @@ CE = "softmax-cross-entropy"
 
 
 
+#: The checks these tests grade, per chapter; a chapter's other auto-checked exercises lose their
+#: answer and check cells here (they stay in the text, graded by hand, numbers unchanged), so
+#: that a new checked exercise in the book does not change what these students hand in.
+GRADED = {CHAPTER: {RESIDUAL, BELTRAMI, MAXENT}, CH1: {LSE, CE}}
+
+
 def small_chapter(chapter: str = CHAPTER, stop_after: str | None = None) -> nbformat.NotebookNode:
     """The chapter's exercises section behind a minimal first cell (up to the check cell of
-    ``stop_after``, if given)."""
+    ``stop_after``, if given), with only the checks in GRADED."""
     full = nbformat.read(BOOK / f"{chapter}.ipynb", as_version=4)
     start = next(i for i, c in enumerate(full.cells)
                  if c.cell_type == "markdown" and "## Exercises" in c.source)
@@ -52,8 +59,20 @@ def small_chapter(chapter: str = CHAPTER, stop_after: str | None = None) -> nbfo
     if stop_after:
         end = next(i for i, c in enumerate(full.cells) if c.cell_type == "code"
                    and f'check("{stop_after}"' in c.source) + 1
+    cells = full.cells[start:end]
+    drop = set()
+    for j, c in enumerate(cells):
+        label = re.search(r"""check\(\s*["']([\w-]+)["']""", c.source) \
+            if c.cell_type == "code" else None
+        if label and label.group(1) not in GRADED.get(chapter, {label.group(1)}):
+            k = j  # back to the solution block's start: its answer cell goes too
+            while k > 0 and not (cells[k].cell_type == "markdown"
+                                 and "{solution-start}" in cells[k].source):
+                k -= 1
+            drop |= {i for i in range(k, j + 1) if cells[i].cell_type == "code"}
+    cells = [c for i, c in enumerate(cells) if i not in drop]
     first = nbformat.v4.new_code_cell("import torch\n\nfrom softmaxbook.exercises import check")
-    full.cells = [full.cells[0], first] + full.cells[start:end]
+    full.cells = [full.cells[0], first] + cells
     return full
 
 
@@ -348,11 +367,16 @@ def graded(tmp_path_factory):
     nbformat.write(insert_cell(with_answers(student1, good1), PEEK), subs / "pia" / f"{CH1}.ipynb")
     # one student hands in a single notebook, named after themselves
     nbformat.write(with_answers(student, [FORBIDDEN, good[1], good[2]]), subs / "gus.ipynb")
-    # a stale copy beside the real notebook: a conflict, not a silent winner
+    # a stale copy, with work in it, beside the real notebook: a conflict, not a silent winner
     (subs / "ivy").mkdir()
     nbformat.write(with_answers(student, good), subs / "ivy" / f"{CHAPTER}.ipynb")
-    nbformat.write(with_answers(student, [None, None, None]),
+    nbformat.write(with_answers(student, [WRONG_SIGN, None, None]),
                    subs / "ivy" / f"{CHAPTER}_old.ipynb")
+    # the unedited "(new)" copy `book.py student` writes beside an edited notebook (tester
+    # finding 4): set aside, the student's notebook graded
+    (subs / "uma").mkdir()
+    nbformat.write(with_answers(student, good), subs / "uma" / f"{CHAPTER}.ipynb")
+    nbformat.write(student, subs / "uma" / f"{CHAPTER} (new).ipynb")
     # a symbolic link to a classmate's notebook
     os.symlink(subs / "ada" / f"{CHAPTER}.ipynb", subs / "jon.ipynb")
     # names: a spreadsheet formula, two that sanitise alike
@@ -397,7 +421,7 @@ def feedback(graded, student):
 def test_every_student_is_graded(graded):
     names = set(graded["rows"])
     assert {"ada", "bob", "cyd", "dan", "eve", "fay", "gus", "hal", "ivy", "jon", "kim",
-            "tab", "pia", "'=1+2", "lee mo", "lee_mo"} | set(ATTACKS) <= names
+            "tab", "pia", "uma", "'=1+2", "lee mo", "lee_mo"} | set(ATTACKS) <= names
     for name in graded["results"]:
         assert (graded["out"] / "feedback" / f"{student_key(name)}.md").is_file()
         assert (graded["out"] / "results" / f"{student_key(name)}.json").is_file()
@@ -468,6 +492,15 @@ def test_two_notebooks_for_one_chapter_are_a_conflict(graded):
     row = graded["rows"]["ivy"]
     assert row[column(graded, RESIDUAL)] == "conflict" and row["passed"] == "0"
     assert "more than one notebook for chapter" in feedback(graded, "ivy")
+
+
+def test_an_unedited_copy_of_the_handout_is_set_aside(graded):
+    row = graded["rows"]["uma"]
+    assert [row[column(graded, c)] for c in (RESIDUAL, BELTRAMI, MAXENT)] == ["ok"] * 3
+    assert row["passed"] == "3"
+    text = feedback(graded, "uma")
+    assert f"{CHAPTER} (new).ipynb: an unedited copy of the handout" in text
+    assert "more than one notebook" not in text
 
 
 def test_symbolic_links_are_refused(graded):

@@ -114,6 +114,20 @@ def _pristine(book: Path, chapter: str) -> list[str]:
     return [c.source for c in nb.cells if c.cell_type == "code"]
 
 
+def _is_unedited(path: Path, pristine: list[str]) -> bool:
+    """True if every code cell of the notebook at ``path`` is a cell of the handout (or the
+    progress cell): a copy the student never worked in. An unreadable notebook is not."""
+    from . import scan
+
+    try:
+        nb = _read(path)
+    except Exception:  # noqa: BLE001
+        return False
+    code = [(i, c.source) for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" and isinstance(c.source, str)]
+    return bool(pristine) and not scan.student_cells(code, pristine)
+
+
 def _chapter_of(path: Path, ref: dict[str, list[ExerciseInfo]]) -> str | None:
     try:
         nb = _read(path)
@@ -418,6 +432,17 @@ def _grade_student(student, paths, extra_problems, ref, pristine, submissions, o
             problems.append(f"{', '.join(p.name for p in cpaths)}: chapter {chapter} is not "
                             "part of this assignment; not graded.")
             continue
+        if len(cpaths) > 1:
+            # `book.py student` writes "NN_x (new).ipynb" beside a notebook the student has
+            # edited; a student who hands in the folder as it is hands in both. An unedited
+            # copy of the handout (every code cell the book's) is nobody's work: set it aside.
+            edited = [p for p in cpaths if not _is_unedited(p, pristine[chapter])]
+            if len(edited) <= 1:
+                keep = edited[0] if edited else min(cpaths, key=lambda p: (len(p.name), p.name))
+                aside = ", ".join(str(p.relative_to(submissions)) for p in cpaths if p != keep)
+                problems.append(f"{aside}: an unedited copy of the handout for chapter {chapter}"
+                                f"; set aside, {keep.relative_to(submissions)} graded.")
+                cpaths = [keep]
         if len(cpaths) > 1:
             g = NotebookGrade(None, chapter)
             names = ", ".join(str(p.relative_to(submissions)) for p in cpaths)
