@@ -142,11 +142,15 @@ def in_place_lse(x):  # right value, but shifts the caller's tensor in place
     return (m + torch.log(torch.exp(x).sum(dim=-1, keepdim=True))).squeeze(-1)
 
 
+def half_precision_lse(x):  # the tester's float32_inside: input rounded to float16
+    return right_lse(x.to(torch.float16).to(torch.float32)).to(x.dtype)
+
+
 @pytest.mark.parametrize("answer", [right_lse, right_lse_nan_to_num, right_lse_masked])
 def test_lse_accepts_right_answer(answer, capsys):
     assert check("softmax-stable-lse", answer)
     printed = " ".join(capsys.readouterr().out.split())  # check() wraps its line
-    assert "correct on 7 test cases" in printed
+    assert "correct on 8 test cases" in printed
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -176,6 +180,8 @@ def test_lse_accepts_right_answer(answer, capsys):
     (guarded_library_lse, r"calls a function of the book's library"),
     # independent review: an answer that changes its input in place passed
     (in_place_lse, r"x = \[1, 2, 3\] your function changed its argument 'x' in place"),
+    # independent tester: rounds through float16, right on inputs float16 holds exactly
+    (half_precision_lse, r"x = \[770.911, 774.909, 769.123, 775.001\]"),
     (lambda x: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])

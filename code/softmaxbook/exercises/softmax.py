@@ -123,6 +123,11 @@ LSE_CASES = [
     (torch.tensor([[1000.0, 999.0], [-1000.0, -1001.0], [3.0, 3.0]], dtype=torch.float64),
      "x = [[1000, 999], [-1000, -1001], [3, 3]], " + PER_ROW),
     (torch.tensor([[-INF, -INF], [0.0, 0.0]]), "x = [[-inf, -inf], [0, 0]] (a row of -inf)"),
+    # decimals that float16 cannot hold (the cases above are all exact in float16): an answer
+    # that rounds through half precision passed every case at home and failed under the
+    # grader's salted inputs (independent tester, finding 9)
+    (torch.tensor([770.911, 774.909, 769.123, 775.001]),
+     "x = [770.911, 774.909, 769.123, 775.001] (decimals float16 cannot hold)"),
 ]
 
 _LSE_HINT = ("log-sum-exp is m + log(sum(exp(x - m))) with m the maximum along the last "
