@@ -738,3 +738,15 @@ def test_value_b_message_does_not_hand_out_the_answer():
     # the expected values at p = 1/2, beta = 2 and 4 are -0.5 and -1; -0.25 is the answer's own
     assert "expected" not in text and "-0.5" not in text and "-1" not in text
     assert "for p = 0.5, beta = 4 you return -0.25" in text
+
+
+def test_value_b_precision_loss_gets_the_precision_hint():
+    """A float32 step in a right formula (review of the new derivation checks, M2): the
+    message says so instead of giving the derivation hint beside a value that looks exact; a
+    wrong formula's message gives no relative difference (it would hand out |expected|)."""
+    with pytest.raises(ExerciseCheckFailed, match=r"(?s)you return -1\.6 \(largest relative "
+                                                  r"difference .*precision was lost"):
+        check("choice-valueB", lambda p, b: (-b * p * (1 - p)).float().double())
+    with pytest.raises(ExerciseCheckFailed) as info:
+        check("choice-valueB", lambda p, b: b * p * (1 - p))
+    assert "relative difference" not in str(info.value)

@@ -378,3 +378,14 @@ def log_odds_in_place(log_pd, log_q, prior):
 def test_log_odds_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("nce-ex-posterior", answer)
+
+
+def test_ns_log_mass_precision_loss_gets_the_precision_hint():
+    """torch.log of an integer tensor is float32 (review of the new derivation checks, M3): the
+    message names the precision loss, measured against the size of the terms (the right
+    answer here is 0, which has no relative error of its own)."""
+    def ns(p_d, q, k):
+        return torch.log((p_d / q).sum(-1)) - torch.log(torch.tensor(k))
+    with pytest.raises(ExerciseCheckFailed, match=r"(?s)relative difference \d\.\de-0[78]"
+                                                  r".*precision was lost"):
+        check("nce-ex-ns-optimum", ns)

@@ -429,3 +429,15 @@ def test_se_gradient_message_does_not_hand_out_the_answer():
     with pytest.raises(ExerciseCheckFailed) as err:
         check("softmax-ex-se-gradient", lambda p, K: -4 * p * (1 - p) ** 2)
     assert "expected" not in str(err.value)
+
+
+def test_se_gradient_precision_loss_gets_the_precision_hint():
+    """A right formula with K made an integer (int64 / int64 is float32): the message says the
+    values agree to ~7 digits and why, instead of sending the student back to the derivation
+    (review of the new derivation checks, M3)."""
+    def se(p, K):
+        K = K.long()
+        return -2 * K / (K - 1) * p * (1 - p) ** 2
+    with pytest.raises(ExerciseCheckFailed, match=r"(?s)largest relative difference \d\.\de-0[78]"
+                                                  r".*precision was lost.*float64"):
+        check("softmax-ex-se-gradient", se)

@@ -501,3 +501,13 @@ def catenary_in_place(f, fp):
 def test_catenary_invariant_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("variational-ex-catenary", answer)
+
+
+def test_sinh_end_points_use_the_stated_tolerance():
+    """The task says 1e-9 (review of the new derivation checks, M2): sinh 1 typed to ten digits
+    (3e-10 off) passes; float32 sinh(1) (1.4e-8 off) fails with the precision hint and the
+    values printed to 12 digits, not as 'tensor([0, 1])'."""
+    assert check("variational-ex-sinh", lambda x: torch.sinh(x) / 1.175201194)
+    with pytest.raises(ExerciseCheckFailed, match=r"(?s)1\.00000001365.*off by 1\.4e-08"
+                                                  r".*precision was lost"):
+        check("variational-ex-sinh", lambda x: torch.sinh(x) / torch.sinh(torch.tensor(1.0)))

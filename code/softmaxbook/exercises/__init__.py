@@ -51,6 +51,7 @@ __all__ = [
     "expect_close",
     "expect_equal",
     "expect_true",
+    "precision_hint",
     "describe",
     "forbidden",
     "watch_calls",
@@ -421,6 +422,34 @@ def watch_calls(*targets):
         yield seen
     finally:
         sys.setprofile(old)
+
+
+def precision_hint(got: torch.Tensor, expected: torch.Tensor,
+                   scale: torch.Tensor | float | None = None) -> tuple[float, str | None]:
+    """(largest relative difference of ``got`` from ``expected``, a hint or None). Each
+    difference is relative to ``|expected|``, or to ``scale`` where that is larger (the size of
+    the formula's terms: an answer of 0 has no relative error of its own).
+
+    The hint is for an answer whose values agree with the right ones to four digits or more
+    but miss the check's tolerance: the formula is almost surely right and precision was lost
+    on the way (a float32 step; an integer tensor that an operation silently turns into float32;
+    a constant typed with few digits). Without it such an answer got the hint for a wrong
+    derivation beside a value that looked exact (review of the new derivation checks, M2/M3)."""
+    g = got.detach().to(torch.float64)
+    e = expected.detach().to(torch.float64)
+    diff = (g - e).abs()
+    if not bool(torch.isfinite(g).all()) or diff.numel() == 0:
+        return math.inf, None
+    size = e.abs() if scale is None else torch.maximum(e.abs(), torch.as_tensor(
+        scale, dtype=torch.float64).expand_as(e))
+    rel = float((diff / size.clamp_min(torch.finfo(torch.float64).tiny)).max())
+    if rel > 1e-4:
+        return rel, None
+    return rel, (f"your values agree with the right ones to about {max(4, int(-math.log10(rel)))}"
+                 " significant digits, so the formula is probably right and precision was "
+                 "lost on the way: a float32 step (torch.tensor(3) is an integer tensor, and "
+                 "torch.log of it or one integer tensor divided by another is float32), or a "
+                 "constant typed with few digits. Keep every step in float64.")
 
 
 def expect_true(condition: bool, message: str, hint: str | None = None) -> None:

@@ -16,6 +16,7 @@ from softmaxbook.choice import rw_gradient, rw_values
 
 from . import _ForbiddenCall, call, check_generator, check_salt, describe, exercise, \
     expect_close, expect_true
+from . import precision_hint
 
 D = torch.float64
 
@@ -460,9 +461,11 @@ def _check_value_b(dp_dv0):
         if bool(wrong.any()):
             err = ((g64 - expected).abs() / tol).nan_to_num(float("inf")).flatten()
             i = int(err.argmax())
+            rel, precision = precision_hint(g64, expected)
+            near = f" (largest relative difference {rel:.1e})" if precision else ""
             expect_true(False, f"for input {desc} your derivative is wrong at "
                                f"{int(wrong.sum())} of {wrong.numel()} entries, e.g. for p = "
                                f"{float(p.flatten()[i]):.12g}, beta = "
                                f"{float(beta.flatten()[i]):.6g} you return "
-                               f"{float(g64.flatten()[i]):.6g}.", hint=hint)
+                               f"{float(g64.flatten()[i]):.6g}{near}.", hint=precision or hint)
     return len(cases)

@@ -35,6 +35,7 @@ from scipy import stats
 from .. import estimators as _es
 from . import _ForbiddenCall, call, check_generator, check_salt, describe, exercise, \
     expect_close, expect_true, watch_calls
+from . import precision_hint
 
 F64 = dict(dtype=torch.float64)
 
@@ -331,9 +332,12 @@ def _expect_formula(got, expected, inputs: dict, desc: str, what: str, scale, hi
     at = ", ".join(f"{name} = {float(v.flatten()[i]):.6g}" for name, v in inputs.items())
     gi, ei = float(g64.flatten()[i]), float(expected.flatten()[i])
     how = ("not a number" if math.isnan(gi) else "too large" if gi > ei else "too small")
+    rel, precision = precision_hint(g64, expected, scale)
+    near = f" (largest relative difference {rel:.1e})" if precision else ""
     expect_true(False, f"for input {desc} your {what} is wrong at {int(wrong.sum())} of "
                        f"{wrong.numel()} entries, e.g. for {at} you return {gi:.10g}, which "
-                       f"is {how}.", hint=hint)
+                       f"is {how}{near}.",
+                hint=precision or hint)
 
 
 # ------------------------------------------------------------------------------------------------

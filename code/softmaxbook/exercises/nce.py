@@ -28,6 +28,7 @@ import torch
 from .. import nce as _nce
 from . import (_ForbiddenCall, call, check_generator, check_salt, describe, exercise,
                expect_close, expect_true)
+from . import precision_hint
 from ..nce import nce_loss
 
 f64 = dict(dtype=torch.float64)
@@ -316,9 +317,12 @@ def _expect_formula(got, expected, where, desc: str, what: str, scale, hint: str
     at = where(i)
     gi, ei = float(g64.flatten()[i]), float(expected.flatten()[i])
     how = ("not a number" if math.isnan(gi) else "too large" if gi > ei else "too small")
+    rel, precision = precision_hint(g64, expected, scale)
+    near = f" (largest relative difference {rel:.1e})" if precision else ""
     expect_true(False, f"for input {desc} your {what} is wrong at {int(wrong.sum())} of "
                        f"{wrong.numel()} entries, e.g. for {at} you return {gi:.10g}, which "
-                       f"is {how}.", hint=hint)
+                       f"is {how}{near}.",
+                hint=precision or hint)
 
 
 # ------------------------------------------------------------------------------------------------
