@@ -389,3 +389,16 @@ def test_ns_log_mass_precision_loss_gets_the_precision_hint():
     with pytest.raises(ExerciseCheckFailed, match=r"(?s)relative difference \d\.\de-0[78]"
                                                   r".*precision was lost"):
         check("nce-ex-ns-optimum", ns)
+
+
+def test_derivation_checks_refuse_the_package_for_the_stated_reason():
+    """The two derivation checks compute their own formula: the refusal says the package is off
+    limits as the task says, not that the check compares with it (review L1)."""
+    from softmaxbook.nce import nce_posterior
+
+    def via_package(log_pd, log_q, prior):
+        p = nce_posterior(log_pd, log_q, 1)
+        return torch.log(p) - torch.log1p(-p) + torch.log(prior / (1 - prior))
+    with pytest.raises(ExerciseCheckFailed, match=r"(?s)off limits here, as the task says") as e:
+        check("nce-ex-posterior", via_package)
+    assert "compares with" not in str(e.value)
