@@ -311,57 +311,74 @@ def _expect_formula(got, expected, inputs: dict, desc: str, what: str, scale, hi
 
 
 # ------------------------------------------------------------------------------------------------
-# variational-ex-sinh: the minimiser of J[f] = int_0^1 (f'^2 + f^2) dx with f(0) = 0, f(1) = 1
+# variational-ex-sinh: the minimiser of J[f] = int_0^1 (f'^2 + f^2) dx with f(0) = a, f(1) = b.
+# The chapter prints the case a = 0, b = 1 (sinh x / sinh 1) before the exercise, so the student
+# enters the general end values (review of the new checks, H4): a sinh(1 - x) / sinh 1 +
+# b sinh(x) / sinh 1.
 def _sinh_cases():
     g = check_generator(67)  # public in a notebook; the grader's secret salt changes it
     f64 = dict(dtype=torch.float64)
     x = torch.rand(200, generator=g, **f64)
+    ab = (6 * torch.rand(2, generator=g, **f64) - 3).tolist()
+    ends = torch.tensor([0.0, 1.0], **f64)
     return [
-        ("the ends x = 0 and x = 1", torch.tensor([0.0, 1.0], **f64)),
-        ("torch.linspace(0, 1, 11)", torch.linspace(0, 1, 11, **f64)),
-        ("200 random points in [0, 1]", x),
-        ("a [2, 3] batch", x[:6].reshape(2, 3)),
+        ("the ends, a = 0, b = 1: the chapter's path", ends, 0.0, 1.0),
+        ("the ends, a = 2, b = -1", ends, 2.0, -1.0),
+        ("torch.linspace(0, 1, 11), a = 0, b = 1", torch.linspace(0, 1, 11, **f64), 0.0, 1.0),
+        ("torch.linspace(0, 1, 11), a = 1, b = 0", torch.linspace(0, 1, 11, **f64), 1.0, 0.0),
+        ("torch.linspace(0, 1, 11), a = 2, b = -1", torch.linspace(0, 1, 11, **f64), 2.0, -1.0),
+        (f"200 random points in [0, 1], a = {ab[0]:.6g}, b = {ab[1]:.6g}", x, ab[0], ab[1]),
+        ("a [2, 3] batch, a = -0.5, b = 3", x[:6].reshape(2, 3), -0.5, 3.0),
     ]
+
+
+def _sinh_path(x, a, b):
+    return (a * torch.sinh(1 - x) + b * torch.sinh(x)) / math.sinh(1.0)
 
 
 @exercise("variational-ex-sinh", "the minimiser of the integral of f'^2 + f^2")
 def _check_sinh(el_solution):
-    """``el_solution(x)`` -> sinh(x) / sinh(1), elementwise on a float64 tensor."""
+    """``el_solution(x, a, b)`` -> (a sinh(1 - x) + b sinh x) / sinh 1, elementwise."""
     cases = _sinh_cases()
-    for name, x in cases:
-        desc = f"x = {describe(x)} ({name})"
+    for name, x, a, b in cases:
+        desc = f"x = {describe(x)}, a = {a:.6g}, b = {b:.6g} ({name})"
         arg = x.clone()
-        got = call(el_solution, arg, input_desc=desc)
+        got = call(el_solution, arg, a, b, input_desc=desc)
         expect_true(torch.equal(arg, x), f"for input {desc} your function changed x.",
                     hint="compute a new tensor; do not use in-place methods such as mul_.")
-        expected = torch.sinh(x) / math.sinh(1.0)
+        expected = _sinh_path(x, a, b)
+        size = max(abs(a), abs(b))
         if isinstance(got, torch.Tensor) and got.shape == x.shape and got.is_floating_point():
             g = got.detach().to(torch.float64)
-            # the task's tolerance, 1e-9 (it was 1e-12 here: sinh 1 typed to ten digits was
-            # rejected beside values printed as exactly 0 and 1; review M2)
-            off_end = ((x == 0) & (g.abs() > 1e-9)) | ((x == 1) & ((g - 1).abs() > 1e-9))
+            at = (x == 0) | (x == 1)
+            want = torch.where(x == 0, a, b)
+            # the task's tolerance, 1e-9 of the end values' size (it was 1e-12 for f(0) = 0,
+            # f(1) = 1: sinh 1 typed to ten digits was rejected; review M2)
+            off_end = at & ((g - want).abs() > 1e-9 * size)
             if bool(off_end.any()):
-                at = (x == 0) | (x == 1)
                 expect_true(False,
                             f"for input {desc} your path misses an end point: it should pass "
-                            f"through f(0) = 0 and f(1) = 1, but you return "
+                            f"through f(0) = a and f(1) = b, but you return "
                             f"{describe(g[at], digits=12)} at x = {describe(x[at])} (off by "
-                            f"{float((g[at] - x[at]).abs().max()):.1e}).",
-                            hint=precision_hint(g[at], x[at], 1.0)[1] or
+                            f"{float((g[at] - want[at]).abs().max()):.1e}).",
+                            hint=precision_hint(g[at], want[at], size)[1] or
                             "fit both constants of the general solution to the two end "
-                            "conditions.")
+                            "conditions, f(0) = a and f(1) = b.")
         known = (
-            (torch.sin(x) / math.sin(1.0),
+            ((a * torch.sin(1 - x) + b * torch.sin(x)) / math.sin(1.0),
              "your path solves f'' = -f. Recheck the Euler–Lagrange equation "
              "dF/df - d/dx dF/df' = 0: with F = f'^2 + f^2 both terms are positive in F, so "
              "f'' has the sign of f."),
-            (x, "the straight line minimises the integral of f'^2 alone; the f^2 term pulls "
-                "the path down towards 0."),
+            (a + (b - a) * x, "the straight line minimises the integral of f'^2 alone; the f^2 "
+                              "term pulls the path towards 0."),
+            ((b * torch.sinh(1 - x) + a * torch.sinh(x)) / math.sinh(1.0),
+             "a and b are swapped: f(0) = a and f(1) = b."),
         )
-        _expect_formula(got, expected, {"x": x}, desc, "path", torch.ones_like(x),
+        _expect_formula(got, expected, {"x": x}, desc, "path",
+                        torch.full_like(x, max(size, 1e-300)),
                         "derive the Euler–Lagrange equation of F = f'^2 + f^2, write its "
-                        "general solution with two constants and fit them to f(0) = 0, "
-                        "f(1) = 1.", known)
+                        "general solution with two constants and fit them to f(0) = a, "
+                        "f(1) = b.", known)
     return len(cases)
 
 
