@@ -676,42 +676,49 @@ def test_wsls_mle_agrees_with_the_package():
     assert torch.allclose(eps_hat(m, torch.full_like(m, 20.0)), fit_wsls(c, r)[0])
 
 
-# --- choice-valueB: ∂p_t/∂V_0 = −β p_t (1 − p_t), entered in terms of p_t and β ---------------
-def dp_dv0(p, beta):
-    return -beta * p * (1 - p)
+# --- choice-valueB: ∂²p_t/∂V_0² = β² p_t (1 − p_t)(1 − 2 p_t), in terms of p_t and β -----------
+# (the first derivative, −β p_t (1 − p_t), is printed in the chapter: review of the new checks, H3)
+def d2p_dv0(p, beta):
+    return beta**2 * p * (1 - p) * (1 - 2 * p)
 
 
-def dp_dv0_expanded(p, beta):  # p (p − 1) β: the same product written the other way
-    return beta * (p * p - p)
+def d2p_dv0_polynomial(p, beta):  # β² (p − 3p² + 2p³): expanded, loses digits near p = 1
+    return beta * beta * (p - 3 * p**2 + 2 * p**3)
 
 
-def dp_dv0_logs(p, beta):  # through logs, as one might write it from log p and log(1 − p)
-    return -beta * torch.exp(torch.log(p) + torch.log1p(-p))
+def d2p_dv0_chain(p, beta):  # −β (1 − 2p) times the first derivative, as derived
+    first = -beta * p * (1 - p)
+    return -beta * (1 - 2 * p) * first
 
 
-@pytest.mark.parametrize("answer", [dp_dv0, dp_dv0_expanded, dp_dv0_logs])
+@pytest.mark.parametrize("answer", [d2p_dv0, d2p_dv0_polynomial, d2p_dv0_chain])
 def test_value_b_accepts_right_answers(answer, capsys):
     assert check("choice-valueB", answer)
     assert "correct on 4 test cases" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize("answer, message", [
-    # ∂p/∂V_1, or the sign of the quotient rule's second term lost
-    (lambda p, b: b * p * (1 - p), r"(?s)p = 1/2 and beta = 1, 2, 4\) your derivative is "
-                                   r"wrong at 3 of 3 entries.*wrong sign"),
-    (lambda p, b: -p * (1 - p), r"(?s)wrong at 2 of 3 entries.*chain rule"),  # β forgotten
-    (lambda p, b: -b * b * p * (1 - p), "wrong at 2 of 3 entries"),
-    (lambda p, b: -p * (1 - p) / b, "wrong at 2 of 3 entries"),  # τ = 1/β mixed up with β
-    (lambda p, b: -b * p * p, r"p near 0 and near 1\) your derivative is wrong at 6 of 6"),
-    (lambda p, b: -b * (1 - p) ** 2, r"p near 0 and near 1\) your derivative is wrong at 6 of 6"),
-    (lambda p, b: -b * (1 - p), "wrong at 3 of 3 entries"),  # u of the quotient rule dropped
-    (lambda p, b: -b * p, "wrong at 3 of 3 entries"),
-    # p taken for the logit: σ'(p) instead of p (1 − p)
-    (lambda p, b: -b * torch.sigmoid(p) * (1 - torch.sigmoid(p)), "wrong at 3 of 3 entries"),
-    (lambda p, b: -b * p * (1 - p) ** 2, "wrong at 3 of 3 entries"),
-    (lambda p, b: (-b * p * (1 - p)).float(), "your derivative is torch.float32"),
-    (lambda p, b: (-b * p * (1 - p)).sum(), "should be a float tensor of shape"),
-    (lambda p, b: p.mul_(-b * (1 - p)), "changed its arguments in place"),
+    # the sign lost
+    (lambda p, b: -b**2 * p * (1 - p) * (1 - 2 * p),
+     r"(?s)p = 1/4 and beta = 1, 2, 4\) your derivative is wrong at 3 of 3.*wrong sign"),
+    # one β: the chain rule applied once
+    (lambda p, b: b * p * (1 - p) * (1 - 2 * p), r"(?s)wrong at 2 of 3 entries.*two factors"),
+    # the first derivative, the one printed in the chapter
+    (lambda p, b: -b * p * (1 - p), r"(?s)wrong at 3 of 3.*first derivative"),
+    # d/dp p (1 − p) taken as 1
+    (lambda p, b: b**2 * p * (1 - p), r"(?s)wrong at 3 of 3.*1 − 2p"),
+    (lambda p, b: b**2 * p * (1 - p) * (2 * p - 1), "wrong sign"),
+    (lambda p, b: b**2 * (1 - 2 * p), "wrong at 3 of 3"),
+    (lambda p, b: -b**2 * (1 - 2 * p) * p, "wrong at 3 of 3"),
+    (lambda p, b: b**2 * p * (1 - p) ** 2, "wrong at 3 of 3"),
+    (lambda p, b: b**2 * p**2 * (1 - p), "wrong at 3 of 3"),
+    (lambda p, b: p * (1 - p) * (1 - 2 * p) / b**2, "wrong at 2 of 3"),  # τ = 1/β mixed up
+    # p taken for the logit: σ''(p)
+    (lambda p, b: b**2 * torch.sigmoid(p) * (1 - torch.sigmoid(p))
+     * (1 - 2 * torch.sigmoid(p)), "wrong at 3 of 3"),
+    (lambda p, b: d2p_dv0(p, b).float(), "your derivative is torch.float32"),
+    (lambda p, b: d2p_dv0(p, b).sum(), "should be a float tensor of shape"),
+    (lambda p, b: p.mul_(b**2 * (1 - p) * (1 - 2 * p)), "changed its arguments in place"),
     (lambda p, b: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
@@ -720,33 +727,36 @@ def test_value_b_rejects_wrong_answers(answer, message):
         check("choice-valueB", answer)
 
 
-def test_value_b_reference_is_the_derivative():
-    # ∂p/∂V_0 of p = softmax(β V)_1, by autograd, at the check's random points
+def test_value_b_reference_is_the_second_derivative():
+    # ∂²p/∂V_0² of p = softmax(β V)_1, by autograd twice, at the check's random points
     from softmaxbook.exercises.choice import _value_b_cases
     _, p, beta = _value_b_cases()[2]
     v1 = torch.zeros_like(p)
     v0 = (-torch.logit(p) / beta).requires_grad_()
     q = torch.softmax(beta[:, None] * torch.stack((v0, v1), 1), 1)[:, 1]
-    (g,) = torch.autograd.grad(q.sum(), v0)
-    assert torch.allclose(q, p, rtol=1e-9) and torch.allclose(g, dp_dv0(p, beta), rtol=1e-6)
+    (g,) = torch.autograd.grad(q.sum(), v0, create_graph=True)
+    (h,) = torch.autograd.grad(g.sum(), v0)
+    scale = beta**2
+    assert torch.allclose(q, p, rtol=1e-9)
+    assert ((h - d2p_dv0(p, beta)).abs() <= 1e-6 * scale).all()
 
 
 def test_value_b_message_does_not_hand_out_the_answer():
     with pytest.raises(ExerciseCheckFailed) as err:
-        check("choice-valueB", lambda p, b: -p * (1 - p))
+        check("choice-valueB", lambda p, b: b**2 * p * (1 - p))
     text = str(err.value)
-    # the expected values at p = 1/2, beta = 2 and 4 are -0.5 and -1; -0.25 is the answer's own
-    assert "expected" not in text and "-0.5" not in text and "-1" not in text
-    assert "for p = 0.5, beta = 4 you return -0.25" in text
+    # the expected values at p = 1/4 are 3 beta^2 / 32: 0.09375, 0.375, 1.5; 3 is the answer's
+    assert "expected" not in text and "0.09375" not in text and "0.375" not in text
+    assert "1.5" not in text and "for p = 0.25, beta = 1 you return 0.1875" in text
 
 
 def test_value_b_precision_loss_gets_the_precision_hint():
     """A float32 step in a right formula (review of the new derivation checks, M2): the
     message says so instead of giving the derivation hint beside a value that looks exact; a
     wrong formula's message gives no relative difference (it would hand out |expected|)."""
-    with pytest.raises(ExerciseCheckFailed, match=r"(?s)you return -1\.6 \(largest relative "
+    with pytest.raises(ExerciseCheckFailed, match=r"(?s)you return \S+ \(largest relative "
                                                   r"difference .*precision was lost"):
-        check("choice-valueB", lambda p, b: (-b * p * (1 - p)).float().double())
+        check("choice-valueB", lambda p, b: d2p_dv0(p, b).float().double())
     with pytest.raises(ExerciseCheckFailed) as info:
-        check("choice-valueB", lambda p, b: b * p * (1 - p))
+        check("choice-valueB", lambda p, b: -d2p_dv0(p, b))
     assert "relative difference" not in str(info.value)

@@ -412,7 +412,7 @@ def _value_b_cases():
     g = check_generator(2029)  # public in a notebook; the grader's secret salt changes it
     u = torch.rand(200, generator=g, dtype=D)
     cases = [
-        ("p = 1/2 and beta = 1, 2, 4", torch.full((3,), 0.5, dtype=D),
+        ("p = 1/4 and beta = 1, 2, 4", torch.full((3,), 0.25, dtype=D),
          torch.tensor([1.0, 2.0, 4.0], dtype=D)),
         ("p near 0 and near 1", torch.tensor([1e-12, 1e-3, 0.2, 0.8, 0.999, 1 - 1e-9], dtype=D),
          torch.tensor([3.0, 0.5, 10.0, 10.0, 0.5, 3.0], dtype=D)),
@@ -424,14 +424,17 @@ def _value_b_cases():
     return cases
 
 
-@exercise("choice-valueB", "∂p/∂V_0 in terms of p and β")
-def _check_value_b(dp_dv0):
-    """``dp_dv0(p, beta)`` -> tensor of the shape of ``p`` and ``beta``, elementwise."""
+# The first derivative, -beta p (1 - p), is printed in the chapter ({eq}`choice-dp-dv`), so the
+# student enters the second, which the derivation continues to (review of the new checks, H3):
+# d/dV_0 of -beta p (1 - p) = -beta (1 - 2p) dp/dV_0 = beta^2 p (1 - p) (1 - 2p).
+@exercise("choice-valueB", "∂²p/∂V_0² in terms of p and β")
+def _check_value_b(d2p_dv0):
+    """``d2p_dv0(p, beta)`` -> beta^2 p (1 - p) (1 - 2p), elementwise."""
     cases = _value_b_cases()
     for name, p, beta in cases:
         desc = f"p = {describe(p)}, beta = {describe(beta)} ({name})"
         p_in, beta_in = p.clone(), beta.clone()
-        got = call(dp_dv0, p_in, beta_in, input_desc=desc)
+        got = call(d2p_dv0, p_in, beta_in, input_desc=desc)
         expect_true(torch.equal(p_in, p) and torch.equal(beta_in, beta),
                     f"for input {desc} your function changed its arguments in place.",
                     hint="compute a new tensor; do not use in-place methods such as mul_ on p.")
@@ -442,26 +445,33 @@ def _check_value_b(dp_dv0):
                     f"{describe(got)}.", hint="work elementwise; do not reduce over a dimension.")
         expect_true(got.dtype == D, f"for input {desc} (float64) your derivative is "
                                     f"{got.dtype}: return float64, the inputs' dtype.")
-        expected = -beta * p * (1 - p)
+        expected = beta**2 * p * (1 - p) * (1 - 2 * p)
         g64 = got.detach().cpu()
-        hint = ("write p_t = u/v with u = e^{β V_1} and v = e^{β V_0} + e^{β V_1} and apply the "
-                "quotient rule: which of u and v depends on V_0? Then recognise the fractions "
-                "that appear as p_t and 1 − p_t.")
-        if torch.allclose(g64, -expected, rtol=1e-9, atol=0):
-            hint = ("your derivative has the wrong sign: raising V_0 makes option 0 more "
-                    "attractive, so what happens to p_t, the probability of choosing option 1?")
-        elif torch.allclose(g64 * beta, expected, rtol=1e-9, atol=0):
-            hint = ("the exponent is β V_0, not V_0: the chain rule brings out a factor when "
-                    "you differentiate e^{β V_0}.")
+        hint = ("differentiate ∂p_t/∂V_0 = −β p_t (1 − p_t) once more with respect to V_0: "
+                "β is a constant, and p_t (1 − p_t) depends on V_0 only through p_t, whose "
+                "derivative you have just found (the chain rule).")
+        close = dict(rtol=1e-9, atol=1e-14)
+        if torch.allclose(g64, -expected, **close):
+            hint = ("your second derivative has the wrong sign: where p_t < 1/2 the first "
+                    "derivative −β p_t (1 − p_t) grows more negative as p_t grows, and p_t "
+                    "falls as V_0 rises.")
+        elif torch.allclose(g64 * beta, expected, **close):
+            hint = ("each differentiation with respect to V_0 brings out a factor β (the "
+                    "exponent is β V_0): two differentiations, two factors.")
+        elif torch.allclose(g64, -beta * p * (1 - p), **close):
+            hint = "that is the first derivative; the exercise asks for the second."
+        elif torch.allclose(g64 * (1 - 2 * p), expected, **close):
+            hint = ("d/dp of p (1 − p) is 1 − 2p, not 1: differentiate the product, then "
+                    "multiply by ∂p_t/∂V_0.")
         # The message names the entry that is furthest off, not the expected values.
-        # Compared to 1e-14 of beta (|∂p/∂V_0| <= beta/4): a right formula written so that it
-        # loses digits where p is near 1, such as beta (p^2 - p), is off by ~1e-16 beta there.
-        tol = 1e-12 * expected.abs() + 1e-14 * beta
+        # Compared to 1e-14 of beta^2 (|∂²p/∂V_0²| <= 0.1 beta^2): a right formula written as a
+        # polynomial in p, beta^2 (p - 3p^2 + 2p^3), loses digits near p = 1, ~1e-16 beta^2.
+        tol = 1e-12 * expected.abs() + 1e-14 * beta**2
         wrong = ~((g64 - expected).abs() <= tol)
         if bool(wrong.any()):
             err = ((g64 - expected).abs() / tol).nan_to_num(float("inf")).flatten()
             i = int(err.argmax())
-            rel, precision = precision_hint(g64, expected)
+            rel, precision = precision_hint(g64, expected, 1e-3 * beta**2)
             near = f" (largest relative difference {rel:.1e})" if precision else ""
             expect_true(False, f"for input {desc} your derivative is wrong at "
                                f"{int(wrong.sum())} of {wrong.numel()} entries, e.g. for p = "
