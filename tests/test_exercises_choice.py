@@ -760,3 +760,9 @@ def test_value_b_precision_loss_gets_the_precision_hint():
     with pytest.raises(ExerciseCheckFailed) as info:
         check("choice-valueB", lambda p, b: -d2p_dv0(p, b))
     assert "relative difference" not in str(info.value)
+
+
+def test_fit_wsls_help_text_does_not_print_the_exercise_answer():
+    # review of the new checks, H5: help(fit_wsls) showed eps = min(2m/n, 1)
+    from softmaxbook.choice import fit_wsls
+    assert "2m/n" not in fit_wsls.__doc__ and "choice-wsls-mle" in fit_wsls.__doc__

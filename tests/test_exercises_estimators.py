@@ -455,3 +455,21 @@ def best_baseline_in_place(mu, a):
 def test_best_baseline_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("estimators-ex-best-baseline", answer)
+
+
+def test_best_baseline_refuses_the_package_and_its_help_text_hides_the_answers():
+    """Review of the new checks, H5: three calls of square_example_variances and the vertex of
+    the quadratic passed, and help() printed both answers."""
+    from softmaxbook import estimators as es
+
+    def vertex(mu, a):
+        out = []
+        for m, s in zip(mu.flatten().tolist(), a.flatten().tolist()):
+            v = [es.square_example_variances(m, s, c)["var_score"] for c in (0.0, 1.0, 2.0)]
+            out.append((v[2] - 4 * v[1] + 3 * v[0]) / (2 * (v[2] - 2 * v[1] + v[0])))
+        return torch.tensor(out, dtype=torch.float64).reshape(mu.shape)
+    with pytest.raises(ExerciseCheckFailed, match="calls softmaxbook.estimators."
+                                                  "square_example_variances"):
+        check("estimators-ex-best-baseline", vertex)
+    doc = es.square_example_variances.__doc__
+    assert "mu**2 + 3" not in doc and "14 mu**2" not in doc

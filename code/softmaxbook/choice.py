@@ -957,8 +957,9 @@ def wsls_log_likelihood(epsilon, choices, rewards):
 def fit_wsls(choices, rewards):
     """Maximum-likelihood noise level of noisy win-stay/lose-shift (closed form).
 
-    With ``n = T − 1`` rule-governed trials of which ``m`` break the rule, ``ℓ(ε)`` is maximised
-    at ``ε/2 = m/n``, i.e. ``ε = min(2m/n, 1)`` (ε ≤ 1 caps the noise at random choice).
+    With ``n = T − 1`` rule-governed trials of which ``m`` break the rule, ``ℓ(ε)`` has a
+    closed-form maximiser in ``m / n``, capped at ``ε = 1`` (random choice). Deriving it is
+    chapter 2's exercise ``choice-wsls-mle``; the help text does not print it.
 
     Parameters
     ----------
