@@ -541,7 +541,8 @@ HAND = r"for input beta = 1, 4 rows of 3 logits .*\n  expected new beta"
                                      r"derivative"),
     (lambda b, z, y: _step(b, z, y, dtype=torch.float32), r"(?s)close but off.*float32"),
     (newton_beta_autograd, r"calls torch.autograd.grad, which this exercise forbids"),
-    (lambda b, z, y: float(nb_fit_temperature(z, y)), HAND),  # the fitted beta, many steps
+    # the fitted beta, many steps: the package does the work (refused since review H2)
+    (lambda b, z, y: float(nb_fit_temperature(z, y)), r"calls softmaxbook\.calibration\.fit_temp"),
     (lambda b, z, y: newton_beta(b, z.mul_(b), y), "changed its argument 'logits' in place"),
     (lambda b, z, y: torch.zeros(2), "should be one number"),
     (lambda b, z, y: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
@@ -617,3 +618,19 @@ def test_vector_maxent_reference_solves_the_constrained_problem():
         (grad,) = torch.autograd.grad(lagrangian, q)
         # ∂L/∂q_ik = -log q_ik - 1 + lam_k z_ik: the same for every k of a row (that is mu_i)
         assert torch.allclose(grad - grad[:, :1], torch.zeros_like(grad), atol=1e-9)
+
+
+def test_newton_step_refuses_the_package_derivatives():
+    """Review of the new checks, H2: the private _nll_derivatives (and fit_temperature) passed
+    because the check watched only autograd."""
+    import torch
+
+    from softmaxbook import calibration as cal
+
+    def via_private(beta, logits, labels):
+        d = logits - logits.amax(dim=1, keepdim=True)
+        dy = d.gather(1, labels[:, None]).squeeze(1)
+        _, g, h = cal._nll_derivatives(d, dy, beta, torch.empty_like(d))
+        return beta - g / h
+    with pytest.raises(ExerciseCheckFailed, match=r"calls softmaxbook\.calibration\._nll_deriv"):
+        check("calibration-newton-step", via_private)

@@ -399,9 +399,15 @@ def _check_newton_step(newton_beta):
     for beta, z, y, desc in cases:
         want = _reference_newton(beta, z, y)
         passed = (z.clone(), y.clone())
-        got = call(newton_beta, beta, *passed, input_desc=desc, forbid=_AUTOGRAD,
-                   forbid_reason="The exercise asks for the step from the two derivatives "
-                                 "you derived (no automatic differentiation).")
+        # the package's own derivatives (a private helper of fit_temperature) and fit itself
+        # are off limits too (review of the new checks, H2)
+        with watch_calls(_cal._nll_derivatives, _cal.fit_temperature) as seen:
+            got = call(newton_beta, beta, *passed, input_desc=desc, forbid=_AUTOGRAD,
+                       forbid_reason="The exercise asks for the step from the two derivatives "
+                                     "you derived (no automatic differentiation).")
+        expect_true(not seen, f"for input {desc} your function calls softmaxbook.calibration."
+                              f"{seen[0] if seen else ''}, which does this exercise's work; "
+                              "write the step from your own derivatives.")
         _expect_unchanged(passed, (z, y), ("logits", "labels"), desc)
         value = _number(got, input_desc=desc, what="new beta")
         err = abs(value - want)
