@@ -635,7 +635,8 @@ def test_wsls_mle_accepts_right_answers(answer, capsys):
 @pytest.mark.parametrize("answer, message", [
     # the stationary point without the constraint ε <= 1
     (lambda m, n: 2 * m / n, r"(?s)n = 10, m = 0 … 10\).*wrong at 5 of 11 entries, e.g. for "
-                             r"m = 10, n = 10 you return 2 .*probability of choosing at random"),
+                             r"m = 10, n = 10 you return 2, which is too large"
+                             r".*probability of choosing at random"),
     (lambda m, n: m / n, r"(?s)wrong at 9 of 11.*with probability ε/2, not ε"),  # ε for ε/2
     (lambda m, n: torch.clamp(m / n, max=1.0), r"(?s)wrong at 9 of 11.*ε/2, not ε"),
     (lambda m, n: torch.clamp(2 * m / n, max=0.5), "wrong at 8 of 11"),  # q's bound on ε
@@ -663,6 +664,8 @@ def test_wsls_mle_message_does_not_hand_out_the_answer():
         check("choice-wsls-mle", lambda m, n: m / n)
     text = str(err.value).split("Hint:")[0]
     assert "expected" not in text and "min(" not in str(err.value)
+    # nor the difference (value +- difference was the answer: review of the new checks, M1)
+    assert "difference" not in text and "which is too small" in text
 
 
 def test_wsls_mle_agrees_with_the_package():

@@ -397,11 +397,17 @@ def _check_wsls_mle(eps_hat):
         if bool(wrong.any()):
             err = (g64 - expected).abs().nan_to_num(float("inf")).flatten()
             i = int(err.argmax())
+            # too large / too small, not the difference: value +- difference was the answer
+            # (review of the new checks, M1)
+            gi, ei = float(g64.flatten()[i]), float(expected.flatten()[i])
+            how = "not a number" if math.isnan(gi) else "too large" if gi > ei else "too small"
+            rel, precision = precision_hint(g64, expected, 1e-3)
             expect_true(False, f"for input {desc} your estimate is wrong at {int(wrong.sum())} "
                                f"of {wrong.numel()} entries, e.g. for m = "
                                f"{float(m.flatten()[i]):g}, n = {float(n.flatten()[i]):g} you "
-                               f"return {float(g64.flatten()[i]):.6g} (largest difference "
-                               f"{float(err[i]):.3g}).", hint=hint)
+                               f"return {gi:.6g}, which is {how}"
+                               + (f" (largest relative difference {rel:.1e})." if precision
+                                  else "."), hint=precision or hint)
     return len(cases)
 
 
