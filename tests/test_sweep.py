@@ -103,6 +103,9 @@ def test_a_one_in_fifty_failure_is_found_with_its_seeds(swept):
     assert row["failed_seeds"] == expected
     margins = [_u(s) - 0.02 for s in range(150)]
     assert math.isclose(row["min_margin"], min(margins), rel_tol=1e-12)
+    # every seed's margin is kept, by seed
+    assert [s for s, _ in row["margins"]] == list(range(150))
+    assert all(math.isclose(m, _u(s) - 0.02, rel_tol=1e-12) for s, m in row["margins"])
     mean = sum(margins) / 150
     assert math.isclose(row["mean"], mean, rel_tol=1e-12)
     assert row["z"] == pytest.approx(mean / row["sd"])

@@ -31,7 +31,8 @@ the margins are uniform and the rate is P_CUT by construction (chapter 8's three
 z ~ 1.7 with no failure in 300 seeds); for a skewed statistic (a maximum, a count) look at the
 smallest margin and the failures, and argue the rate from the statistic's distribution.
 
-The report is printed and written as JSON (default ``_build/sweep/<chapter>-s<start>-n<N>.json``).
+The report is printed and written as JSON (default ``_build/sweep/<chapter>-s<start>-n<N>.json``),
+with every seed's margin per assert (``margins``: [seed, margin] pairs) for fits on other scales.
 Each seed's result is also appended, as it finishes, to ``<report>.partial.jsonl``: a sweep that
 is stopped keeps what it ran, and ``--resume`` runs only the seeds still missing. The notebook is
 read once, at the start, so editing it during a sweep does not change what is measured.
@@ -317,7 +318,7 @@ def _phi(x: float) -> float:
 def summarise(asserts: list[dict], runs: list[dict]) -> list[dict]:
     rows = []
     for a in asserts:
-        seeds, fails, margins, errors = [], [], [], {}
+        seeds, fails, margins, errors, by_seed = [], [], [], {}, []
         for r in runs:
             res = r.get("asserts", {}).get(a["id"])
             if res is None:
@@ -329,6 +330,7 @@ def summarise(asserts: list[dict], runs: list[dict]) -> list[dict]:
                 errors.setdefault(res["error"], []).append(r["seed"])
             if res["margin"] is not None:
                 margins.append(res["margin"])
+                by_seed.append([r["seed"], res["margin"]])
         row = dict(a, seeds_run=len(seeds), failures=len(fails), failed_seeds=fails[:50],
                    errors={k: v[:10] for k, v in errors.items()}, min_margin=None,
                    mean=None, sd=None, z=None, normal_rate=None,
@@ -349,6 +351,9 @@ def summarise(asserts: list[dict], runs: list[dict]) -> list[dict]:
             scale = max(abs(min(margins)), abs(max(margins)))
             row["same_every_seed"] = (n == len(seeds) > 1 and not fails
                                       and spread <= 4 * 2.2e-16 * scale)
+        # every seed's margin, [seed, margin]: a skewed statistic (a ratio, a gap) is judged on
+        # another scale than the normal fit's (its log, say), which needs the values themselves
+        row["margins"] = by_seed
         rows.append(row)
     return rows
 
