@@ -457,6 +457,17 @@ def test_crashing_notebook_is_graded(graded):
     assert st == "missing" and "not defined" in msg and "SyntaxError" in msg, msg
     text = feedback(graded, "dan")
     assert "stopped the Python process" in text and "ZeroDivisionError" in text
+    # tester finding 11: the feedback's cell number is the executed copy's In [n], and a cell
+    # of the exercise section is named by its exercise
+    import re
+    m = re.search(r"code cell (\d+) \(In \[(\d+)\](, Exercise 5\.\d+)?\) raised ZeroDivision",
+                  text)
+    assert m and m.group(1) == m.group(2), text
+    nb = nbformat.reads((graded["out"] / "executed" / "dan" / f"{CHAPTER}.ipynb").read_text(), 4)
+    shown = [c for c in nb.cells if c.cell_type == "code"
+             and c.execution_count == int(m.group(1))]
+    assert len(shown) == 1 and "ZeroDivisionError" in "".join(
+        o.get("text", "") for o in shown[0].outputs), shown
 
 
 def test_endless_loops_are_stopped(graded):

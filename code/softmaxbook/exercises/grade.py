@@ -289,29 +289,33 @@ def grade_notebook(path: Path, exercises: list[ExerciseInfo], folder: Path | Non
         grade.results = [Result(ex, "error", msg) for ex in checked]
         return grade
     number = {i: k + 1 for k, (i, _) in enumerate(code)}
+    # tester finding 11: "code cell 25" named a number no editor shows. The executed copy now
+    # numbers its cells In [1], In [2], ... the same way, and a cell inside the exercise section
+    # is named by its exercise too.
+    where = _cell_places(nb, exercises, number)
     mine = scan.student_cells(code, pristine)
-    grade.flags = scan.notebook_flags(mine, number)
+    grade.flags = scan.notebook_flags(mine, where)
     grade.salt = salt = new_salt()  # this notebook's check inputs: secret, drawn per run
     run = run_notebook(code, [{"label": ex.check, "answer": ex.answer} for ex in checked],
                        folder, path.name, cell_timeout=cell_timeout,
                        check_timeout=check_timeout, notebook_timeout=notebook_timeout,
                        unsafe=unsafe, bwrap=bwrap, limits=limits, salt=salt)
     for i, msg in run.problems:
-        grade.problems.append(f"code cell {number[i]} {msg}" if i in number else msg)
+        grade.problems.append(f"code cell {where[i]} {msg}" if i in number else msg)
     for i, _ in code:
         info = run.cells.get(i)
         if info and info.get("error") and isinstance(info["error"], list) and \
                 info["error"][0] not in ("ExerciseCheckFailed", "NotImplementedError"):
             name, value = (str(x) for x in info["error"][:2])
             if name == "TimeLimitExceeded":
-                grade.problems.append(f"code cell {number[i]} did not finish within "
+                grade.problems.append(f"code cell {where[i]} did not finish within "
                                       f"{cell_timeout:g} s and was stopped.")
             else:
-                grade.problems.append(f"code cell {number[i]} raised {name}: "
+                grade.problems.append(f"code cell {where[i]} raised {name}: "
                                       f"{_first_line(value)}")
     grade.cpu_seconds = run.cpu_seconds
     if run.exited is not None:
-        grade.problems.append(f"code cell {number[run.exited]} ended the notebook (exit()); "
+        grade.problems.append(f"code cell {where[run.exited]} ended the notebook (exit()); "
                               "the cells after it were not run, the checks ran on what the cells "
                               "before had defined.")
     records = {}
@@ -376,10 +380,32 @@ def grade_notebook(path: Path, exercises: list[ExerciseInfo], folder: Path | Non
             c.outputs = ([nbformat.v4.new_output("stream", name="stdout",
                                                  text=info["output"])]
                          if info and info.get("output") else [])
-            c.execution_count = None
+            # In [n] = the n of "code cell n" in the feedback (None: not run when grading)
+            c.execution_count = number.get(i)
         executed_copy.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(executed_copy, nbformat.writes(nb))
     return grade
+
+
+_EXERCISE_LABEL = re.compile(r"^\s*(?:`{3,}|:{3,})\{exercise(?:-start)?\}[^\n]*\n"
+                             r"(?:\s*:[\w-]+:[^\n]*\n)*?\s*:label:\s*(\S+)", re.M)
+
+
+def _cell_places(nb, exercises: list[ExerciseInfo], number: dict[int, int]) -> dict[int, str]:
+    """How feedback names each graded code cell: its number (the executed copy's In [n]) and,
+    inside the exercise section, the exercise it follows: ``"25 (In [25], Exercise 1.1)"``."""
+    numbered = {ex.label: ex.numbered for ex in exercises}
+    current = None
+    places = {}
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown" and isinstance(cell.source, str):
+            for label in _EXERCISE_LABEL.findall(cell.source):
+                if label in numbered:
+                    current = numbered[label]
+        if i in number:
+            places[i] = (f"{number[i]} (In [{number[i]}]"
+                         + (f", Exercise {current})" if current else ")"))
+    return places
 
 
 def _cell_of(problem: str, number: dict[int, int]) -> int | None:
