@@ -8,17 +8,27 @@ first cell would fail there. This function writes exactly the output ``myst_nb.g
 (checked against it in ``tests/test_glue.py``), using IPython alone: a display of the value's
 MIME bundle with ``{"scrapbook": {"name": ..., "mime_prefix": ...}}`` in its metadata, the
 format MyST-NB's glue reader looks for.
+
+``checked(claim)`` is its neighbour for the other direction: the last line of a cell whose
+asserts check a claim of the prose shows "✓ checked: <claim>" under the cell, so that a reader of
+the book, where the cell's code is folded, sees *that* the claim is checked without reading the
+check.
 """
 
 from __future__ import annotations
 
+import html
+import re
 from typing import Any
 
 # The MIME prefix MyST-NB (after papermill/scrapbook) gives values glued with display=False,
 # so that a notebook front end does not show them. Same string as myst_nb.ext.glue.GLUE_PREFIX.
 GLUE_PREFIX = "application/papermill.record/"
 
-__all__ = ["glue", "GLUE_PREFIX"]
+__all__ = ["glue", "checked", "GLUE_PREFIX", "CHECK_MARK"]
+
+# What a checked claim starts with, in the notebook and on the site.
+CHECK_MARK = "\u2713 checked: "
 
 
 def glue(name: str, variable: Any, display: bool = True) -> None:
@@ -48,3 +58,49 @@ def glue(name: str, variable: Any, display: bool = True) -> None:
     metadata["scrapbook"] = dict(name=name, mime_prefix=mime_prefix)
     ipy_display({mime_prefix + k: v for k, v in mimebundle.items()}, raw=True,
                 metadata=metadata)
+
+
+def _checked_html(claim: str) -> str:
+    # `text` in backticks is code, as in the book's Markdown; everything else is escaped.
+    parts = re.split(r"`([^`]+)`", claim)
+    body = "".join(html.escape(part) if i % 2 == 0 else f"<code>{html.escape(part)}</code>"
+                   for i, part in enumerate(parts))
+    # The mark is decoration (aria-hidden): a screen reader says "checked: ...".
+    return ('<p class="checked-claim"><span class="checked-mark" aria-hidden="true">'
+            f'\u2713</span> checked: {body}</p>')
+
+
+def checked(claim: str) -> None:
+    """Show "✓ checked: <claim>" as the output of the cell it ends.
+
+    Call it as the last line of a cell, after the asserts it summarises: it is reached only when
+    they all passed. The book folds such a cell's code (tag ``hide-input``) and the reader sees this
+    line instead. Say only what the asserts above it check.
+
+    Parameters
+    ----------
+    claim : str
+        One line of plain text (no line break), at most 200 characters; `text` in backticks is
+        shown as code on the site.
+
+    Notes
+    -----
+    The output has two forms: ``text/plain`` (``"✓ checked: " + claim``), for a plain terminal or
+    a front end that shows no HTML, and ``text/html``, a paragraph of class ``checked-claim``
+    that the site styles (``book/_static/book.css``) and a notebook shows as a plain line.
+    """
+    if not isinstance(claim, str):
+        raise TypeError(f"checked: argument 'claim' must be a str, got {type(claim).__name__}")
+    if not claim.strip():
+        raise ValueError(f"checked: argument 'claim' must say what was checked, got {claim!r}")
+    if "\n" in claim or "\r" in claim:
+        raise ValueError(f"checked: argument 'claim' must be one line, got {claim!r}")
+    if len(claim) > 200:
+        raise ValueError(
+            f"checked: argument 'claim' must be at most 200 characters, got {len(claim)}")
+    if claim.count("`") % 2:
+        raise ValueError(f"checked: argument 'claim' has an unpaired backtick: {claim!r}")
+    from IPython.display import display as ipy_display
+
+    claim = claim.strip()
+    ipy_display({"text/plain": CHECK_MARK + claim, "text/html": _checked_html(claim)}, raw=True)
