@@ -127,7 +127,8 @@ def test_colab_install_line_is_exact():
 def _shown(claim):
     from softmaxbook.glue import checked
 
-    calls = _captured(checked, claim, mystnb=False)
+    with mock.patch("IPython.get_ipython", lambda: object()):  # as in a kernel
+        calls = _captured(checked, claim, mystnb=False)
     assert len(calls) == 1
     bundle, kwargs = calls[0]
     assert kwargs == {"raw": True}
@@ -155,8 +156,17 @@ def test_checked_output_is_not_a_glued_value():
     # no scrapbook metadata: MyST-NB shows it and never mistakes it for a glue value
     from softmaxbook.glue import checked
 
-    calls = _captured(checked, "x", mystnb=False)
+    with mock.patch("IPython.get_ipython", lambda: object()):
+        calls = _captured(checked, "x", mystnb=False)
     assert "metadata" not in calls[0][1]
+
+
+def test_checked_outside_a_kernel_prints_one_line(capsys):
+    from softmaxbook.glue import checked
+
+    with mock.patch("IPython.get_ipython", lambda: None):
+        checked("  a claim ")
+    assert capsys.readouterr().out == "\u2713 checked: a claim\n"
 
 
 @pytest.mark.parametrize("claim, error, match", [

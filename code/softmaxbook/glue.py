@@ -100,7 +100,11 @@ def checked(claim: str) -> None:
             f"checked: argument 'claim' must be at most 200 characters, got {len(claim)}")
     if claim.count("`") % 2:
         raise ValueError(f"checked: argument 'claim' has an unpaired backtick: {claim!r}")
+    from IPython import get_ipython
     from IPython.display import display as ipy_display
 
     claim = claim.strip()
+    if get_ipython() is None:  # a plain Python process (a script): one line of text
+        print(CHECK_MARK + claim)
+        return
     ipy_display({"text/plain": CHECK_MARK + claim, "text/html": _checked_html(claim)}, raw=True)
