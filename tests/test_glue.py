@@ -124,49 +124,12 @@ def test_colab_install_line_is_exact():
 # checked(claim): the visible line under a folded assert cell
 
 
-def _shown(claim):
+def test_checked_prints_one_plain_line(capsys):
     from softmaxbook.glue import checked
 
-    with mock.patch("IPython.get_ipython", lambda: object()):  # as in a kernel
-        calls = _captured(checked, claim, mystnb=False)
-    assert len(calls) == 1
-    bundle, kwargs = calls[0]
-    assert kwargs == {"raw": True}
-    return bundle
-
-
-def test_checked_shows_plain_text_and_html():
-    bundle = _shown("the shifted softmax equals the unshifted one to 1e-12")
-    assert bundle["text/plain"] == \
-        "\u2713 checked: the shifted softmax equals the unshifted one to 1e-12"
-    html = bundle["text/html"]
-    assert html.startswith('<p class="checked-claim">') and html.endswith("</p>")
-    assert '<span class="checked-mark" aria-hidden="true">\u2713</span> checked: the shifted' \
-        in html
-
-
-def test_checked_escapes_html_and_shows_backticks_as_code():
-    bundle = _shown("`torch.log_softmax` gives 0 < 1e-7 & <b>no</b> digits")
-    assert bundle["text/plain"].endswith("`torch.log_softmax` gives 0 < 1e-7 & <b>no</b> digits")
-    assert "<code>torch.log_softmax</code> gives 0 &lt; 1e-7 &amp; &lt;b&gt;no&lt;/b&gt;" \
-        in bundle["text/html"]
-
-
-def test_checked_output_is_not_a_glued_value():
-    # no scrapbook metadata: MyST-NB shows it and never mistakes it for a glue value
-    from softmaxbook.glue import checked
-
-    with mock.patch("IPython.get_ipython", lambda: object()):
-        calls = _captured(checked, "x", mystnb=False)
-    assert "metadata" not in calls[0][1]
-
-
-def test_checked_outside_a_kernel_prints_one_line(capsys):
-    from softmaxbook.glue import checked
-
-    with mock.patch("IPython.get_ipython", lambda: None):
-        checked("  a claim ")
-    assert capsys.readouterr().out == "\u2713 checked: a claim\n"
+    checked("  the shifted softmax equals the unshifted one to 1e-12 ")
+    assert capsys.readouterr().out == \
+        "\u2713 checked: the shifted softmax equals the unshifted one to 1e-12\n"
 
 
 @pytest.mark.parametrize("claim, error, match", [
@@ -178,24 +141,25 @@ def test_checked_outside_a_kernel_prints_one_line(capsys):
     ("x" * 201, ValueError, "argument 'claim' must be at most 200 characters, got 201"),
     ("one ` tick", ValueError, "argument 'claim' has an unpaired backtick"),
 ])
-def test_checked_bad_claim(claim, error, match):
+def test_checked_bad_claim(claim, error, match, capsys):
     from softmaxbook.glue import checked
 
     with pytest.raises(error, match=match) as info:
         checked(claim)
     assert str(info.value).startswith("checked: ")
+    assert capsys.readouterr().out == ""
 
 
-def test_checked_in_a_kernel_shows_one_output(tmp_path):
-    """Executed as a notebook cell: exactly one display output with both forms."""
+def test_checked_in_a_kernel_is_one_stream_line():
+    """Executed as a notebook cell after a print: one stdout stream, the line last."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
-        "from softmaxbook.glue import checked\nassert 1 + 1 == 2\nchecked('one plus one is two')")]
+        "from softmaxbook.glue import checked\nprint('table')\nassert 1 + 1 == 2\n"
+        "checked('one plus one is two')")]
     NotebookClient(nb, timeout=60, kernel_name="python3").execute()
     outputs = nb.cells[0].outputs
-    assert [o.output_type for o in outputs] == ["display_data"]
-    assert outputs[0].data["text/plain"] == "\u2713 checked: one plus one is two"
-    assert "checked-claim" in outputs[0].data["text/html"]
+    assert [(o.output_type, o.name) for o in outputs] == [("stream", "stdout")]
+    assert outputs[0].text == "table\n\u2713 checked: one plus one is two\n"

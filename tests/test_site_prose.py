@@ -1,8 +1,8 @@
 """Prose first (issue 24, item 2): on a chapter page the reader meets the argument, not the code.
 
 Plotting code and assert cells are folded (myst-nb's ``hide-input`` tag: a closed ``<details>``
-that one click opens); a folded check shows one line, "✓ checked: ...", from
-``softmaxbook.glue.checked``. These tests read the built site in $BOOK_SITE (default
+that one click opens); a folded check shows one line, "✓ checked: ...", printed by
+``softmaxbook.glue.checked`` and styled by book/_ext/folds.py. These tests read the built site in $BOOK_SITE (default
 `_build/html`), like tests/test_browser.py.
 
 The measure: the characters of the code a reader sees (every ``pre`` block in the article that is
@@ -65,8 +65,9 @@ def test_visible_code_is_at_most_a_quarter_of_the_text(visit, page):  # noqa: F8
 
 @pytest.mark.parametrize("page", CHAPTERS[:1])
 def test_one_click_shows_a_folded_cell(browser, server, page):  # noqa: F811
-    """A fold's toggle is a button with a name ("Show code cell source"); a click (or Enter)
-    opens it and the code shows, and the "✓ checked" line under it stays."""
+    """A fold's toggle is named by what it shows ("Show code cell source", no aria-label that
+    says something else: book/_ext/folds.py); a click opens it and the code shows, Enter closes
+    it, and the "✓ checked" line under it stays."""
     v = PageVisit(browser, f"{server}/{page}.html", *DESKTOP)
     try:
         cell = v.page.locator("div.cell:has(details.hide.above-input):has(p.checked-claim)").first
@@ -75,6 +76,9 @@ def test_one_click_shows_a_folded_cell(browser, server, page):  # noqa: F811
         assert summary.is_visible() and not code.is_visible()
         name = summary.evaluate("s => s.innerText.trim()")
         assert name.startswith("Show code"), f"{page}: the fold's toggle reads {name!r}"
+        assert summary.get_attribute("aria-label") is None, (
+            f"{page}: the toggle's aria-label {summary.get_attribute('aria-label')!r} hides "
+            f"its visible label {name!r}")
         checked = cell.locator("p.checked-claim")
         assert checked.is_visible() and checked.inner_text().startswith("\u2713 checked: ")
         summary.click()

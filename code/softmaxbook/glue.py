@@ -10,15 +10,13 @@ MIME bundle with ``{"scrapbook": {"name": ..., "mime_prefix": ...}}`` in its met
 format MyST-NB's glue reader looks for.
 
 ``checked(claim)`` is its neighbour for the other direction: the last line of a cell whose
-asserts check a claim of the prose shows "✓ checked: <claim>" under the cell, so that a reader of
-the book, where the cell's code is folded, sees *that* the claim is checked without reading the
-check.
+asserts check a claim of the prose prints "✓ checked: <claim>" under the cell, so that a reader
+of the book, where the cell's code is folded, sees *that* the claim is checked without reading
+the check.
 """
 
 from __future__ import annotations
 
-import html
-import re
 from typing import Any
 
 # The MIME prefix MyST-NB (after papermill/scrapbook) gives values glued with display=False,
@@ -60,22 +58,13 @@ def glue(name: str, variable: Any, display: bool = True) -> None:
                 metadata=metadata)
 
 
-def _checked_html(claim: str) -> str:
-    # `text` in backticks is code, as in the book's Markdown; everything else is escaped.
-    parts = re.split(r"`([^`]+)`", claim)
-    body = "".join(html.escape(part) if i % 2 == 0 else f"<code>{html.escape(part)}</code>"
-                   for i, part in enumerate(parts))
-    # The mark is decoration (aria-hidden): a screen reader says "checked: ...".
-    return ('<p class="checked-claim"><span class="checked-mark" aria-hidden="true">'
-            f'\u2713</span> checked: {body}</p>')
-
-
 def checked(claim: str) -> None:
-    """Show "✓ checked: <claim>" as the output of the cell it ends.
+    """Print "✓ checked: <claim>", the last line of a cell whose asserts check a claim.
 
     Call it as the last line of a cell, after the asserts it summarises: it is reached only when
-    they all passed. The book folds such a cell's code (tag ``hide-input``) and the reader sees this
-    line instead. Say only what the asserts above it check.
+    they all passed. The book folds such a cell's code (tag ``hide-input``) and the reader sees
+    this line instead, as a styled note (book/_ext/folds.py turns the printed line into
+    a paragraph of class ``checked-claim``). Say only what the asserts above it check.
 
     Parameters
     ----------
@@ -85,9 +74,9 @@ def checked(claim: str) -> None:
 
     Notes
     -----
-    The output has two forms: ``text/plain`` (``"✓ checked: " + claim``), for a plain terminal or
-    a front end that shows no HTML, and ``text/html``, a paragraph of class ``checked-claim``
-    that the site styles (``book/_static/book.css``) and a notebook shows as a plain line.
+    A printed line, not a rich display: in a notebook it reads as plain text, and myst-nb wraps
+    every rich display of a cell with a captioned figure in that figure (the figure would
+    appear twice).
     """
     if not isinstance(claim, str):
         raise TypeError(f"checked: argument 'claim' must be a str, got {type(claim).__name__}")
@@ -100,11 +89,4 @@ def checked(claim: str) -> None:
             f"checked: argument 'claim' must be at most 200 characters, got {len(claim)}")
     if claim.count("`") % 2:
         raise ValueError(f"checked: argument 'claim' has an unpaired backtick: {claim!r}")
-    from IPython import get_ipython
-    from IPython.display import display as ipy_display
-
-    claim = claim.strip()
-    if get_ipython() is None:  # a plain Python process (a script): one line of text
-        print(CHECK_MARK + claim)
-        return
-    ipy_display({"text/plain": CHECK_MARK + claim, "text/html": _checked_html(claim)}, raw=True)
+    print(CHECK_MARK + claim.strip())
