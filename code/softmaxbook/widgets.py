@@ -447,7 +447,7 @@ class Explorer:
                                                      if (c.step or 1) != 1 else ""))
             else:
                 parts.append(f"{label}: {len(vals)} values from {_short(vals[0])} to "
-                             f"{_short(vals[-1])}, {'log' if c.log else 'evenly'}-spaced")
+                             f"{_short(vals[-1])}, {'log-spaced' if c.log else 'evenly spaced'}")
         n_frames = (math.prod(len(v) for v in values.values()) if mode == "product" else
                     1 + sum(len(v) - 1 for v in values.values()))
         head = f"{n_frames} figures drawn in advance, no Python behind this page"
@@ -504,8 +504,9 @@ class Explorer:
                 f'<div class="sbx-controls">{"".join(controls)}</div>'
                 f'<p class="sbx-note">{html.escape(self.grid_text(data["mode"], data["values"]))}'
                 f"</p>"
-                f'<img class="sbx-frame" src="{src}" alt="{html.escape(alt)}" width="{w}" '
-                f'height="{h}" loading="lazy" decoding="async">'
+                f'<div class="sbx-view"><img class="sbx-frame" src="{src}" '
+                f'alt="{html.escape(alt)}" width="{w}" height="{h}" loading="lazy" '
+                f'decoding="async"></div>'
                 f'<script type="application/json" class="sbx-data">{payload}</script></div>')
 
     def show(self, count: int | Mapping[str, int] | None = None, grid: str = "auto"
