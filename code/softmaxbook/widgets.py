@@ -51,7 +51,7 @@ FRAMES_ENV = "SOFTMAXBOOK_EXPLORER_FRAMES"
 #: The fewest values a slider is drawn at on the page (unless it has fewer positions at all).
 MIN_FRAMES = 15
 #: Above this many states the product grid gives way to one sweep per control.
-MAX_PRODUCT = 400
+MAX_PRODUCT = 250
 _GRIDS = ("auto", "product", "sweep")
 _FORMATS = {"webp": "image/webp", "png": "image/png"}
 
@@ -382,12 +382,13 @@ class Explorer:
         return mode, values, states
 
     def frames(self, count: int | Mapping[str, int] | None = None, grid: str = "auto", *,
-               fmt: str = "webp", dpi: int = 120) -> dict:
+               fmt: str = "webp", dpi: int = 200) -> dict:
         """Draw every state of :meth:`frame_states` into an image.
 
         ``fmt`` "webp" (lossless: a plot's flat colours compress to a fraction of a PNG) or
-        "png"; ``dpi`` 120 gives 840 pixels across a full-width figure (7 inches), sharp at
-        the page's text width. Returns ``{"mode", "values", "defaults", "frames", "size"}``:
+        "png"; ``dpi`` 200 gives 1400 pixels across a full-width figure (7 inches): twice the
+        density of the page's text width (about 700 CSS px), as the book's other figures
+        (tests/test_site_reader.py). Returns ``{"mode", "values", "defaults", "frames", "size"}``:
         ``frames`` a list of ``(indices, state, image bytes, alt text)``, the alt text naming
         the state's values and describing what is drawn (:func:`plotting.describe`);
         ``size`` the (width, height) of a frame in pixels. A state that fails to draw raises
@@ -460,7 +461,7 @@ class Explorer:
                 f"moving one sets the others back. " + "; ".join(parts) + ".")
 
     def frames_html(self, count: int | Mapping[str, int] | None = None, grid: str = "auto", *,
-                    fmt: str = "webp", dpi: int = 120) -> str:
+                    fmt: str = "webp", dpi: int = 200) -> str:
         """The explorer as HTML for the book's page: a label, a range input (a select for a
         Choice) and an ``<output>`` per control, the sentence of :meth:`grid_text`, the default
         frame, and every frame as a data URI in a JSON block that ``book/_ext/explorer_frames.py``
