@@ -119,3 +119,47 @@ def test_colab_install_line_is_exact():
     assert lines in intro, f"book/intro.md must give the exact install lines\n{lines}"
     project = tomllib.loads((ROOT / "code" / "pyproject.toml").read_text())["project"]
     assert project["name"] == "softmaxbook" and "book" in project["optional-dependencies"]
+
+
+# checked(claim): the visible line under a folded assert cell
+
+
+def test_checked_prints_one_plain_line(capsys):
+    from softmaxbook.glue import checked
+
+    checked("  the shifted softmax equals the unshifted one to 1e-12 ")
+    assert capsys.readouterr().out == \
+        "\u2713 checked: the shifted softmax equals the unshifted one to 1e-12\n"
+
+
+@pytest.mark.parametrize("claim, error, match", [
+    (None, TypeError, "argument 'claim' must be a str, got NoneType"),
+    (3, TypeError, "argument 'claim' must be a str, got int"),
+    ("", ValueError, "argument 'claim' must say what was checked"),
+    ("   ", ValueError, "argument 'claim' must say what was checked"),
+    ("two\nlines", ValueError, "argument 'claim' must be one line"),
+    ("x" * 201, ValueError, "argument 'claim' must be at most 200 characters, got 201"),
+    ("one ` tick", ValueError, "argument 'claim' has an unpaired backtick"),
+])
+def test_checked_bad_claim(claim, error, match, capsys):
+    from softmaxbook.glue import checked
+
+    with pytest.raises(error, match=match) as info:
+        checked(claim)
+    assert str(info.value).startswith("checked: ")
+    assert capsys.readouterr().out == ""
+
+
+def test_checked_in_a_kernel_is_one_stream_line():
+    """Executed as a notebook cell after a print: one stdout stream, the line last."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from softmaxbook.glue import checked\nprint('table')\nassert 1 + 1 == 2\n"
+        "checked('one plus one is two')")]
+    NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    outputs = nb.cells[0].outputs
+    assert [(o.output_type, o.name) for o in outputs] == [("stream", "stdout")]
+    assert outputs[0].text == "table\n\u2713 checked: one plus one is two\n"

@@ -457,6 +457,17 @@ def test_crashing_notebook_is_graded(graded):
     assert st == "missing" and "not defined" in msg and "SyntaxError" in msg, msg
     text = feedback(graded, "dan")
     assert "stopped the Python process" in text and "ZeroDivisionError" in text
+    # tester finding 11: the feedback's cell number is the executed copy's In [n], and a cell
+    # of the exercise section is named by its exercise
+    import re
+    m = re.search(r"code cell (\d+) \(In \[(\d+)\](, Exercise 5\.\d+)?\) raised ZeroDivision",
+                  text)
+    assert m and m.group(1) == m.group(2), text
+    nb = nbformat.reads((graded["out"] / "executed" / "dan" / f"{CHAPTER}.ipynb").read_text(), 4)
+    shown = [c for c in nb.cells if c.cell_type == "code"
+             and c.execution_count == int(m.group(1))]
+    assert len(shown) == 1 and "ZeroDivisionError" in "".join(
+        o.get("text", "") for o in shown[0].outputs), shown
 
 
 def test_endless_loops_are_stopped(graded):
@@ -588,6 +599,41 @@ def test_rerun_resumes(graded):
     changed = {n for n in after if after[n] != before.get(n)}
     assert changed == {"bob.json"}, changed
     assert sum("result kept" in m for m in logs) == len(before) - 1
+    assert any(m.startswith("gradebook columns: chapters") for m in logs), logs
+    # tester finding 15: naming the chapters already graded (--chapters), or a book notebook
+    # touched without a change, regrades nobody
+    shown = next(m for m in logs if m.startswith("gradebook columns:"))
+    chapters = [c for c in (CHAPTER, CH1) if c in shown]
+    for path in graded["book"].glob("*.ipynb"):
+        path.touch()
+    logs = []
+    grade_submissions(subs, graded["book"], out, toc_root=graded["base"], cell_timeout=10,
+                      check_timeout=10, notebook_timeout=120, jobs=2, log=logs.append,
+                      chapters=chapters)
+    again = {p.name: p.stat().st_mtime_ns for p in (out / "results").glob("*.json")}
+    assert again == after and sum("result kept" in m for m in logs) == len(before), logs
+
+
+def test_disagreeing_chapter_witnesses_are_reported(tmp_path):
+    """Tester finding 14: metadata saying chapter 2 beat a file name and check cells saying
+    chapter 1, silently. The check cells decide now, and the disagreement is reported."""
+    from softmaxbook.exercises.grade import _chapter_evidence, _reference
+
+    ref = _reference(ROOT / "book", ROOT)
+    nb = nbformat.read(ROOT / "book" / f"{CH1}.ipynb", as_version=4)
+    nb.metadata["softmaxbook"] = {"chapter": "02_choice"}
+    nbformat.write(nb, tmp_path / f"{CH1}.ipynb")
+    chapter, note = _chapter_evidence(tmp_path / f"{CH1}.ipynb", ref)
+    assert chapter == CH1 and "its metadata says 02_choice" in note, note
+    assert f"its file name says {CH1}" in note and f"graded as chapter {CH1}" in note
+    nb.metadata["softmaxbook"] = {"chapter": CH1}
+    nbformat.write(nb, tmp_path / "renamed.ipynb")
+    assert _chapter_evidence(tmp_path / "renamed.ipynb", ref) == (CH1, None)
+    # no check cell left: the metadata decides, and a file name that disagrees is reported
+    nb.cells = [c for c in nb.cells if "check(" not in c.source]
+    nbformat.write(nb, tmp_path / "02_choice.ipynb")
+    chapter, note = _chapter_evidence(tmp_path / "02_choice.ipynb", ref)
+    assert chapter == CH1 and "its file name says 02_choice" in note
 
 
 def test_missing_chapter_and_unknown_notebook(tmp_path):

@@ -50,3 +50,21 @@ def test_explorer_frames_become_files_addressed_from_the_page():
     # a page at the top of the site addresses them without ../
     out, _ = ext.externalise(text, written.__setitem__, "index.html")
     assert '"_images/explorers/' in out
+
+
+def test_checked_lines_come_off_the_end_of_a_printed_output():
+    ext = _load("folds")
+    mark = "\u2713 checked: "
+    assert ext.split_claims(f"table\n  row\n{mark}a\n{mark}b `c`\n") == (
+        "table\n  row", ["a", "b `c`"])
+    assert ext.split_claims(f"{mark}only\n") == ("", ["only"])
+    # a mark that is not at the end is printed text, left alone
+    assert ext.split_claims(f"{mark}x\nafter\n") == (f"{mark}x\nafter", [])
+
+
+def test_checked_line_html_is_escaped_with_code_in_backticks():
+    ext = _load("folds")
+    html = ext.claim_html("`torch.log_softmax` gives 0 < 1e-7 & <b>")
+    assert html.startswith('<p class="checked-claim"><span class="checked-mark" '
+                           'aria-hidden="true">\u2713</span> checked: ')
+    assert "<code>torch.log_softmax</code> gives 0 &lt; 1e-7 &amp; &lt;b&gt;</p>" in html

@@ -137,3 +137,29 @@ def test_solution_cell_outside_a_solution_block_is_an_error():
     nb.cells[0].metadata["tags"] = ["solution"]
     with pytest.raises(ValueError, match="solution-start"):
         make_student_notebook(nb)
+
+
+def test_each_answer_cell_follows_its_own_exercise():
+    # tester finding 12: three exercises in one markdown cell put all three answer cells after
+    # the third task; each answer cell now follows its own task (and its hidden solution)
+    md = ("## Exercises\n\n"
+          "```{exercise}\n:label: t-one\n\nDerive one.\n```\n"
+          "```{solution} t-one\n:class: dropdown\n\nSecret one.\n```\n\n"
+          "````{exercise}\n:label: t-two\n\nShow two; a fenced example:\n"
+          "```{exercise}\nnot a directive here: inside a fence\n```\n````\n"
+          "```{solution} t-two\n\nSecret two.\n```\n\n"
+          "```{exercise}\n:label: t-three\n\n(Exploration.) Try three.\n```\n"
+          "```{solution} t-three\n\nSecret three.\n```")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(md)])
+    out = make_student_notebook(nb, "00_test")
+    texts = [c.source for c in out.cells]
+    where = {k: next(i for i, t in enumerate(texts) if t.startswith(f"**Your answer to "
+                                                                      f"Exercise {n}."))
+             for n, k in enumerate(("t-one", "t-two", "t-three"), 1)}
+    task = {k: next(i for i, t in enumerate(texts) if f":label: {k}" in t)
+            for k in ("t-one", "t-two", "t-three")}
+    assert task["t-one"] < where["t-one"] < task["t-two"] < where["t-two"] < task["t-three"]
+    assert where["t-three"] > task["t-three"]
+    assert not any("Secret" in t for t in texts)
+    # the fenced look-alike stayed inside its exercise, and the heading kept its cell
+    assert "inside a fence" in texts[task["t-two"]] and texts[task["t-one"] - 1] == "## Exercises"

@@ -8,6 +8,11 @@ first cell would fail there. This function writes exactly the output ``myst_nb.g
 (checked against it in ``tests/test_glue.py``), using IPython alone: a display of the value's
 MIME bundle with ``{"scrapbook": {"name": ..., "mime_prefix": ...}}`` in its metadata, the
 format MyST-NB's glue reader looks for.
+
+``checked(claim)`` is its neighbour for the other direction: the last line of a cell whose
+asserts check a claim of the prose prints "✓ checked: <claim>" under the cell, so that a reader
+of the book, where the cell's code is folded, sees *that* the claim is checked without reading
+the check.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ from typing import Any
 # so that a notebook front end does not show them. Same string as myst_nb.ext.glue.GLUE_PREFIX.
 GLUE_PREFIX = "application/papermill.record/"
 
-__all__ = ["glue", "GLUE_PREFIX"]
+__all__ = ["glue", "checked", "GLUE_PREFIX", "CHECK_MARK"]
+
+# What a checked claim starts with, in the notebook and on the site.
+CHECK_MARK = "\u2713 checked: "
 
 
 def glue(name: str, variable: Any, display: bool = True) -> None:
@@ -48,3 +56,37 @@ def glue(name: str, variable: Any, display: bool = True) -> None:
     metadata["scrapbook"] = dict(name=name, mime_prefix=mime_prefix)
     ipy_display({mime_prefix + k: v for k, v in mimebundle.items()}, raw=True,
                 metadata=metadata)
+
+
+def checked(claim: str) -> None:
+    """Print "✓ checked: <claim>", the last line of a cell whose asserts check a claim.
+
+    Call it as the last line of a cell, after the asserts it summarises: it is reached only when
+    they all passed. The book folds such a cell's code (tag ``hide-input``) and the reader sees
+    this line instead, as a styled note (book/_ext/folds.py turns the printed line into
+    a paragraph of class ``checked-claim``). Say only what the asserts above it check.
+
+    Parameters
+    ----------
+    claim : str
+        One line of plain text (no line break), at most 200 characters; `text` in backticks is
+        shown as code on the site.
+
+    Notes
+    -----
+    A printed line, not a rich display: in a notebook it reads as plain text, and myst-nb wraps
+    every rich display of a cell with a captioned figure in that figure (the figure would
+    appear twice).
+    """
+    if not isinstance(claim, str):
+        raise TypeError(f"checked: argument 'claim' must be a str, got {type(claim).__name__}")
+    if not claim.strip():
+        raise ValueError(f"checked: argument 'claim' must say what was checked, got {claim!r}")
+    if "\n" in claim or "\r" in claim:
+        raise ValueError(f"checked: argument 'claim' must be one line, got {claim!r}")
+    if len(claim) > 200:
+        raise ValueError(
+            f"checked: argument 'claim' must be at most 200 characters, got {len(claim)}")
+    if claim.count("`") % 2:
+        raise ValueError(f"checked: argument 'claim' has an unpaired backtick: {claim!r}")
+    print(CHECK_MARK + claim.strip())

@@ -498,6 +498,27 @@ def _at_least_float32(logits: torch.Tensor) -> torch.Tensor:
     return logits.to(torch.float32) if logits.dtype in (torch.float16, torch.bfloat16) else logits
 
 
+def _shift_large_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(``x`` shifted by its row maximum, the shift) where a float32 row's maximum exceeds 256 in
+    size; else (``x``, None).
+
+    ``logits + G`` rounds to the spacing of float32 at the logits' size: 0.0625 near 1e6, where
+    Gumbel noise of spread ~1 then ties often and max/topk give a tie to the first index
+    (float32 [1e6, 1e6] drew class 0 in 50.8 % of rows; independent review). After the shift
+    the top logits are near 0, where the spacing is ~1e-7; ``x - max`` is exact for the logits
+    within a factor 2 of the maximum (Sterbenz), the ones that can win. Below 256 the spacing
+    is <= 3e-5 and the tie probability ~1e-5 at most, so the extra pass is skipped. float64 has
+    spacing 1e-10 at 1e6 and is left alone."""
+    if x.dtype != torch.float32 or x.numel() == 0:
+        return x, None
+    top = x.detach().amax(dim=-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros((), dtype=top.dtype,
+                                                             device=top.device))
+    if not _any(top.abs() > 256.0):
+        return x, None
+    return x - top, top
+
+
 def gumbel_max(logits: torch.Tensor, *, generator=None) -> torch.Tensor:
     """Draw one categorical sample per row by the Gumbel-max trick.
 
@@ -520,7 +541,7 @@ def gumbel_max(logits: torch.Tensor, *, generator=None) -> torch.Tensor:
     func = "gumbel_max"
     _check_logits(logits, func)
     check_generator(generator, logits.device, func)
-    x = _at_least_float32(logits)
+    x, _ = _shift_large_rows(_at_least_float32(logits))
     perturbed = _standard_gumbel(x.shape, x.dtype, x.device, generator)
     perturbed = perturbed + x if _wrapped(x) else perturbed.add_(x)
     values, idx = perturbed.max(dim=-1)
@@ -679,10 +700,12 @@ def gumbel_topk(logits: torch.Tensor, k: int, *, generator=None,
             f"{func}: argument 'k'={k} is larger than the number of items n={n} (last dim of 'logits')"
         )
     check_generator(generator, logits.device, func)
-    x = _at_least_float32(logits)
+    x, shift = _shift_large_rows(_at_least_float32(logits))
     perturbed = _standard_gumbel(x.shape, x.dtype, x.device, generator)
     perturbed = perturbed + x if _wrapped(x) else perturbed.add_(x)
     values, idx = perturbed.topk(k, dim=-1, largest=True, sorted=True)
+    if shift is not None:
+        values = values + shift  # the perturbed logits themselves, as documented
     _check_top_values(values, logits, func, k)
     return (idx, values.to(logits.dtype)) if return_perturbed else idx
 

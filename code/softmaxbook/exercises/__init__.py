@@ -52,6 +52,8 @@ __all__ = [
     "expect_equal",
     "expect_true",
     "precision_hint",
+    "expect_formula",
+    "fail_at_worst_entry",
     "describe",
     "forbidden",
     "watch_calls",
@@ -450,6 +452,77 @@ def precision_hint(got: torch.Tensor, expected: torch.Tensor,
                  "lost on the way: a float32 step (torch.tensor(3) is an integer tensor, and "
                  "torch.log of it or one integer tensor divided by another is float32), or a "
                  "constant typed with few digits. Keep every step in float64.")
+
+
+def expect_formula(got, expected: torch.Tensor, at, desc: str, what: str, scale, hint: str,
+                   known: tuple = (), *, per_entry: bool = True) -> None:
+    """``got`` equals a derived formula's values ``expected`` (float64; an infinite entry must
+    be matched exactly) at the check's inputs, entry by entry, to 1e-9 of ``scale`` (a tensor
+    like ``expected``, or a number: the size of the formula's terms at each entry).
+
+    The failure names the entry furthest off and says whether the answer is too large or too
+    small there, but never prints the expected value: a table of them would hand out the result
+    of the derivation. ``at`` describes an entry: a dict {name: input tensor} (each shaped like
+    ``expected``), or a function of the entry's flat index. ``known`` holds ``(values, hint)``
+    pairs of recognised mistakes; an answer within four digits of the right one gets
+    :func:`precision_hint`'s hint instead. ``per_entry`` says the answer has one value per entry
+    of the inputs (False: the task reduces over a dimension, as its shape message then says).
+    Shared by the derivation checks of chapters 4 (nce), 5 (variational) and 6 (estimators).
+    """
+    shape = tuple(expected.shape)
+    expect_true(isinstance(got, torch.Tensor) and got.is_floating_point()
+                and tuple(got.shape) == shape,
+                f"for input {desc} the {what} should be a float tensor of shape {shape}"
+                + (", one value per entry of the inputs" if per_entry else "")
+                + f"; got {describe(got)}.",
+                hint=("work elementwise with torch operations on the input tensors; do not "
+                      "reduce over a dimension or return a Python number." if per_entry else
+                      "work with torch operations on the input tensors and reduce over the "
+                      "last dimension (the words) only."))
+    expect_true(got.dtype == torch.float64,
+                f"for input {desc} (float64) your {what} is {got.dtype}: return the inputs' "
+                f"dtype.", hint="do not convert to float32 (.float()).")
+    g64 = got.detach()
+
+    def matches(values):
+        same_inf = torch.isinf(values) & (g64 == values)
+        return same_inf | ((g64 - values).abs() <= 1e-9 * scale)
+
+    wrong = ~matches(expected)  # NaN counts as wrong
+    if not bool(wrong.any()):
+        return
+    for values, known_hint in known:
+        if bool(matches(values).all()):
+            hint = known_hint
+            break
+    fail_at_worst_entry(g64, expected, wrong, (g64 - expected).abs() / scale, at, desc, what,
+                        hint, scale)
+
+
+def fail_at_worst_entry(got: torch.Tensor, expected: torch.Tensor, wrong: torch.Tensor,
+                        err: torch.Tensor, at, desc: str, what: str, hint: str | None,
+                        precision_scale=None, digits: int = 10) -> None:
+    """Fail, naming the wrong entry furthest off (largest ``err`` among ``wrong``) by its
+    inputs and saying whether the answer is too large or too small there; never the expected
+    value nor the difference (value ± difference would be the answer: review of the new checks,
+    M1). ``at``: a dict {name: input tensor shaped like ``expected``} or a function of the
+    entry's flat index. An answer within four digits of the right one gets
+    :func:`precision_hint`'s hint (relative to ``precision_scale`` where given)."""
+    # the furthest-off among the WRONG entries (a matched -inf would read inf - inf = NaN)
+    err = torch.where(wrong, err.nan_to_num(float("inf")), 0.0)
+    i = int(err.flatten().argmax())
+    where = at(i) if callable(at) else ", ".join(
+        f"{name} = {float(v.flatten()[i]):.6g}" for name, v in at.items())
+    gi, ei = float(got.flatten()[i]), float(expected.flatten()[i])
+    how = ("not a number" if math.isnan(gi) else "too large" if gi > ei else "too small")
+    rel, precision = precision_hint(got, expected, precision_scale)
+    near = f" (largest relative difference {rel:.1e})" if precision else ""
+    if precision:  # a value within four digits: show enough digits to see it is off
+        digits = max(digits, 12)
+    expect_true(False, f"for input {desc} your {what} is wrong at {int(wrong.sum())} of "
+                       f"{wrong.numel()} entries, e.g. for {where} you return {gi:.{digits}g}, "
+                       f"which is {how}{near}.",
+                hint=precision or hint)
 
 
 def expect_true(condition: bool, message: str, hint: str | None = None) -> None:

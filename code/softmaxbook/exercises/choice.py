@@ -16,7 +16,7 @@ from softmaxbook.choice import rw_gradient, rw_values
 
 from . import _ForbiddenCall, call, check_generator, check_salt, describe, exercise, \
     expect_close, expect_true
-from . import precision_hint
+from . import fail_at_worst_entry
 
 D = torch.float64
 
@@ -395,19 +395,10 @@ def _check_wsls_mle(eps_hat):
         # them beside m and n would hand out the answer to the derivation.
         wrong = ~torch.isclose(g64, expected, rtol=1e-12, atol=1e-12)
         if bool(wrong.any()):
-            err = (g64 - expected).abs().nan_to_num(float("inf")).flatten()
-            i = int(err.argmax())
-            # too large / too small, not the difference: value +- difference was the answer
-            # (review of the new checks, M1)
-            gi, ei = float(g64.flatten()[i]), float(expected.flatten()[i])
-            how = "not a number" if math.isnan(gi) else "too large" if gi > ei else "too small"
-            rel, precision = precision_hint(g64, expected, 1e-3)
-            expect_true(False, f"for input {desc} your estimate is wrong at {int(wrong.sum())} "
-                               f"of {wrong.numel()} entries, e.g. for m = "
-                               f"{float(m.flatten()[i]):g}, n = {float(n.flatten()[i]):g} you "
-                               f"return {gi:.6g}, which is {how}"
-                               + (f" (largest relative difference {rel:.1e})." if precision
-                                  else "."), hint=precision or hint)
+            fail_at_worst_entry(g64, expected, wrong, (g64 - expected).abs(),
+                                lambda i: f"m = {float(m.flatten()[i]):g}, "
+                                          f"n = {float(n.flatten()[i]):g}",
+                                desc, "estimate", hint, 1e-3, digits=6)
     return len(cases)
 
 
@@ -475,13 +466,8 @@ def _check_value_b(d2p_dv0):
         tol = 1e-12 * expected.abs() + 1e-14 * beta**2
         wrong = ~((g64 - expected).abs() <= tol)
         if bool(wrong.any()):
-            err = ((g64 - expected).abs() / tol).nan_to_num(float("inf")).flatten()
-            i = int(err.argmax())
-            rel, precision = precision_hint(g64, expected, 1e-3 * beta**2)
-            near = f" (largest relative difference {rel:.1e})" if precision else ""
-            expect_true(False, f"for input {desc} your derivative is wrong at "
-                               f"{int(wrong.sum())} of {wrong.numel()} entries, e.g. for p = "
-                               f"{float(p.flatten()[i]):.12g}, beta = "
-                               f"{float(beta.flatten()[i]):.6g} you return "
-                               f"{float(g64.flatten()[i]):.6g}{near}.", hint=precision or hint)
+            fail_at_worst_entry(g64, expected, wrong, (g64 - expected).abs() / tol,
+                                lambda i: f"p = {float(p.flatten()[i]):.12g}, "
+                                          f"beta = {float(beta.flatten()[i]):.6g}",
+                                desc, "derivative", hint, 1e-3 * beta**2, digits=6)
     return len(cases)

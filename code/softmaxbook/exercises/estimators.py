@@ -35,7 +35,7 @@ from scipy import stats
 from .. import estimators as _es
 from . import _ForbiddenCall, call, check_generator, check_salt, describe, exercise, \
     expect_close, expect_true, watch_calls
-from . import precision_hint
+from . import expect_formula
 
 F64 = dict(dtype=torch.float64)
 
@@ -298,48 +298,6 @@ def _check_laplace_sampler(sampler):
 
 # ------------------------------------------------------------------------------------------------
 # Derivations whose end result is a formula, entered as an elementwise function of float64 tensors
-def _expect_formula(got, expected, inputs: dict, desc: str, what: str, scale, hint: str,
-                    known: tuple = ()) -> None:
-    """``got`` equals the formula's values ``expected`` (float64, elementwise) at the inputs.
-
-    The message names the entry furthest off by its inputs and says whether the answer is too
-    large or too small there, but never prints the expected value: a table of them would hand
-    out the result of the derivation. ``known`` holds ``(values, hint)`` pairs of recognised
-    mistakes; ``scale`` (a tensor like ``expected``) sets the tolerance of each entry, 1e-9
-    relative to the size of the formula's terms there.
-    """
-    shape = tuple(expected.shape)
-    expect_true(isinstance(got, torch.Tensor) and got.is_floating_point()
-                and tuple(got.shape) == shape,
-                f"for input {desc} the {what} should be a float tensor of shape {shape}, one "
-                f"value per entry of the inputs; got {describe(got)}.",
-                hint="work elementwise with torch operations on the input tensors; do not "
-                     "reduce over a dimension or return a Python number.")
-    expect_true(got.dtype == torch.float64,
-                f"for input {desc} (float64) your {what} is {got.dtype}: return the inputs' "
-                f"dtype.", hint="do not convert to float32 (.float()).")
-    g64 = got.detach()
-    tol = 1e-9 * scale
-    wrong = ~((g64 - expected).abs() <= tol)  # NaN counts as wrong
-    if not bool(wrong.any()):
-        return
-    for values, known_hint in known:
-        if bool(((g64 - values).abs() <= tol).all()):
-            hint = known_hint
-            break
-    err = ((g64 - expected).abs() / scale).nan_to_num(float("inf")).flatten()
-    i = int(err.argmax())
-    at = ", ".join(f"{name} = {float(v.flatten()[i]):.6g}" for name, v in inputs.items())
-    gi, ei = float(g64.flatten()[i]), float(expected.flatten()[i])
-    how = ("not a number" if math.isnan(gi) else "too large" if gi > ei else "too small")
-    rel, precision = precision_hint(g64, expected, scale)
-    near = f" (largest relative difference {rel:.1e})" if precision else ""
-    expect_true(False, f"for input {desc} your {what} is wrong at {int(wrong.sum())} of "
-                       f"{wrong.numel()} entries, e.g. for {at} you return {gi:.10g}, which "
-                       f"is {how}{near}.",
-                hint=precision or hint)
-
-
 # ------------------------------------------------------------------------------------------------
 # estimators-ex-variances: the score-function estimator's variance with a constant baseline c
 def _score_variance(mu, a, c):
@@ -397,11 +355,11 @@ def _check_score_variance(score_variance):
              "your variance does not depend on c: the baseline multiplies the score too, "
              "(z^2 - c) times the score."),
         )
-        _expect_formula(got, expected, {"mu": mu, "a": a, "c": c}, desc, "variance", scale,
-                        "write the estimator as a ((mu + eps)^2 - c) eps, expand its square, "
-                        "keep the even powers of eps (E eps^2 = 1, E eps^4 = 3, E eps^6 = 15), "
-                        "then subtract the squared mean. At c = 0 you should get the chapter's "
-                        "a^2 (mu^4 + 14 mu^2 + 15).", known)
+        expect_formula(got, expected, {"mu": mu, "a": a, "c": c}, desc, "variance", scale,
+                       "write the estimator as a ((mu + eps)^2 - c) eps, expand its square, "
+                       "keep the even powers of eps (E eps^2 = 1, E eps^4 = 3, E eps^6 = 15), "
+                       "then subtract the squared mean. At c = 0 you should get the chapter's "
+                       "a^2 (mu^4 + 14 mu^2 + 15).", known)
     return len(cases)
 
 
@@ -455,8 +413,8 @@ def _check_best_baseline(best_baseline):
             (a**2 * (8 * mu**2 + 6), "that is the variance at the best baseline; the exercise "
                                      "asks for the baseline c* itself."),
         )
-        _expect_formula(got, expected, {"mu": mu, "a": a}, desc, "baseline", mu**2 + 3,
-                        "c* = E[f s^2] / E[s^2] with f = z^2 = (mu + eps)^2 and s = a eps: "
-                        "expand, keep the even powers of eps (E eps^2 = 1, E eps^4 = 3).",
-                        known)
+        expect_formula(got, expected, {"mu": mu, "a": a}, desc, "baseline", mu**2 + 3,
+                       "c* = E[f s^2] / E[s^2] with f = z^2 = (mu + eps)^2 and s = a eps: "
+                       "expand, keep the even powers of eps (E eps^2 = 1, E eps^4 = 3).",
+                       known)
     return len(cases)

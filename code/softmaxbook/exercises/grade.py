@@ -129,22 +129,42 @@ def _is_unedited(path: Path, pristine: list[str]) -> bool:
 
 
 def _chapter_of(path: Path, ref: dict[str, list[ExerciseInfo]]) -> str | None:
+    return _chapter_evidence(path, ref)[0]
+
+
+def _chapter_evidence(path: Path, ref: dict[str, list[ExerciseInfo]]
+                      ) -> tuple[str | None, str | None]:
+    """(the notebook's chapter, a note for the feedback when its three witnesses disagree).
+
+    The witnesses: the check cells (the labels they check name one chapter), the metadata that
+    the student export writes (``softmaxbook.chapter``) and the file name. The check cells win
+    (they say what the notebook answers), then the metadata, then the file name; a
+    disagreement is reported, never silent (tester finding 14: a notebook whose metadata said
+    chapter 2 was graded as chapter 2 although its name and its check cells said chapter 1)."""
+    stem = path.stem if path.stem in ref else None
     try:
         nb = _read(path)
     except Exception:  # noqa: BLE001
-        return path.stem if path.stem in ref else None
+        return stem, None
     meta = nb.metadata.get("softmaxbook", {}).get("chapter")
-    if isinstance(meta, str) and meta in ref:
-        return meta
-    if path.stem in ref:
-        return path.stem
-    text = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    meta = meta if isinstance(meta, str) and meta in ref else None
+    text = "\n".join(c.source for c in nb.cells
+                     if c.cell_type == "code" and isinstance(c.source, str))
     labels = set(re.findall(r"""check\(\s*["']([\w-]+)["']""", text))
-    best = max(ref, key=lambda s: len(labels & {e.check for e in ref[s] if e.check}),
-               default=None)
-    if best and labels & {e.check for e in ref[best] if e.check}:
-        return best
-    return None
+    overlap = {ch: len(labels & {e.check for e in exs if e.check}) for ch, exs in ref.items()}
+    best = max(overlap, key=overlap.get, default=None)
+    checks = best if best is not None and overlap[best] > 0 else None
+    chosen = checks or meta or stem
+    said = [(what, ch) for what, ch in (("its check cells", checks), ("its metadata", meta),
+                                        ("its file name", stem)) if ch is not None]
+    note = None
+    if chosen is not None and any(ch != chosen for _, ch in said):
+        verb = {"its check cells": "say"}
+        note = (f"{path.name}: " + ", ".join(f"{what} {verb.get(what, 'says')} {ch}"
+                                              for what, ch in said)
+                + f"; graded as chapter {chosen}, the chapter {said[0][0]} "
+                f"{verb.get(said[0][0], 'says')}.")
+    return chosen, note
 
 
 _MAX_NOTEBOOK = 50 * 1024 * 1024
@@ -289,29 +309,33 @@ def grade_notebook(path: Path, exercises: list[ExerciseInfo], folder: Path | Non
         grade.results = [Result(ex, "error", msg) for ex in checked]
         return grade
     number = {i: k + 1 for k, (i, _) in enumerate(code)}
+    # tester finding 11: "code cell 25" named a number no editor shows. The executed copy now
+    # numbers its cells In [1], In [2], ... the same way, and a cell inside the exercise section
+    # is named by its exercise too.
+    where = _cell_places(nb, exercises, number)
     mine = scan.student_cells(code, pristine)
-    grade.flags = scan.notebook_flags(mine, number)
+    grade.flags = scan.notebook_flags(mine, where)
     grade.salt = salt = new_salt()  # this notebook's check inputs: secret, drawn per run
     run = run_notebook(code, [{"label": ex.check, "answer": ex.answer} for ex in checked],
                        folder, path.name, cell_timeout=cell_timeout,
                        check_timeout=check_timeout, notebook_timeout=notebook_timeout,
                        unsafe=unsafe, bwrap=bwrap, limits=limits, salt=salt)
     for i, msg in run.problems:
-        grade.problems.append(f"code cell {number[i]} {msg}" if i in number else msg)
+        grade.problems.append(f"code cell {where[i]} {msg}" if i in number else msg)
     for i, _ in code:
         info = run.cells.get(i)
         if info and info.get("error") and isinstance(info["error"], list) and \
                 info["error"][0] not in ("ExerciseCheckFailed", "NotImplementedError"):
             name, value = (str(x) for x in info["error"][:2])
             if name == "TimeLimitExceeded":
-                grade.problems.append(f"code cell {number[i]} did not finish within "
+                grade.problems.append(f"code cell {where[i]} did not finish within "
                                       f"{cell_timeout:g} s and was stopped.")
             else:
-                grade.problems.append(f"code cell {number[i]} raised {name}: "
+                grade.problems.append(f"code cell {where[i]} raised {name}: "
                                       f"{_first_line(value)}")
     grade.cpu_seconds = run.cpu_seconds
     if run.exited is not None:
-        grade.problems.append(f"code cell {number[run.exited]} ended the notebook (exit()); "
+        grade.problems.append(f"code cell {where[run.exited]} ended the notebook (exit()); "
                               "the cells after it were not run, the checks ran on what the cells "
                               "before had defined.")
     records = {}
@@ -376,10 +400,32 @@ def grade_notebook(path: Path, exercises: list[ExerciseInfo], folder: Path | Non
             c.outputs = ([nbformat.v4.new_output("stream", name="stdout",
                                                  text=info["output"])]
                          if info and info.get("output") else [])
-            c.execution_count = None
+            # In [n] = the n of "code cell n" in the feedback (None: not run when grading)
+            c.execution_count = number.get(i)
         executed_copy.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(executed_copy, nbformat.writes(nb))
     return grade
+
+
+_EXERCISE_LABEL = re.compile(r"^\s*(?:`{3,}|:{3,})\{exercise(?:-start)?\}[^\n]*\n"
+                             r"(?:\s*:[\w-]+:[^\n]*\n)*?\s*:label:\s*(\S+)", re.M)
+
+
+def _cell_places(nb, exercises: list[ExerciseInfo], number: dict[int, int]) -> dict[int, str]:
+    """How feedback names each graded code cell: its number (the executed copy's In [n]) and,
+    inside the exercise section, the exercise it follows: ``"25 (In [25], Exercise 1.1)"``."""
+    numbered = {ex.label: ex.numbered for ex in exercises}
+    current = None
+    places = {}
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown" and isinstance(cell.source, str):
+            for label in _EXERCISE_LABEL.findall(cell.source):
+                if label in numbered:
+                    current = numbered[label]
+        if i in number:
+            places[i] = (f"{number[i]} (In [{number[i]}]"
+                         + (f", Exercise {current})" if current else ")"))
+    return places
 
 
 def _cell_of(problem: str, number: dict[int, int]) -> int | None:
@@ -421,7 +467,9 @@ def _grade_student(student, paths, extra_problems, ref, pristine, submissions, o
     grades: list[NotebookGrade] = []
     problems = list(extra_problems)
     for path in paths:
-        chapter = _chapter_of(path, ref)
+        chapter, note = _chapter_evidence(path, ref)
+        if note:
+            problems.append(note)
         if chapter is None:
             problems.append(f"{path.name}: no chapter of the book matches this notebook "
                             "(by metadata, file name or check cells); not graded.")
@@ -514,12 +562,19 @@ def grade_submissions(submissions: Path, book: Path, out: Path, *, toc_root: Pat
                 chapters=list(chapters or []), limits=limits)
     (out / "results").mkdir(parents=True, exist_ok=True)
     settings = json.dumps([GRADER_VERSION, cell_timeout, check_timeout, notebook_timeout,
-                           unsafe, sorted(chapters or []),
-                           sorted((p.stem, p.stat().st_mtime_ns) for p in book.glob("*.ipynb"))])
+                           unsafe])
+    # tester finding 15: a student's result depends on the chapters of THEIR notebooks (the
+    # content of those chapters' book notebooks, and whether --chapters includes them), not on
+    # every chapter file's mtime or the whole --chapters list: adding --chapters to a finished
+    # run, or a `git pull` that touches another chapter, no longer regrades the class.
+    book_hash = {ch: hashlib.sha256((book / f"{ch}.ipynb").read_bytes()).hexdigest()
+                 if (book / f"{ch}.ipynb").is_file() else "" for ch in ref}
     results: dict[str, dict] = {}
     todo = []
     for student, paths in students.items():
-        fp = _fingerprint(paths, settings + "\n".join(link_problems.get(student, [])),
+        mine = sorted({c for c in (_chapter_of(p, ref) for p in paths) if c is not None})
+        depends = json.dumps([(c, book_hash[c], not chapters or c in chapters) for c in mine])
+        fp = _fingerprint(paths, settings + depends + "\n".join(link_problems.get(student, [])),
                           submissions)
         target = out / "results" / f"{student_key(student)}.json"
         old = _load_result(target) if resume else None
@@ -557,8 +612,20 @@ def grade_submissions(submissions: Path, book: Path, out: Path, *, toc_root: Pat
             for student, data in pool.map(work, todo):
                 results[student] = data
     results = {s: results[s] for s in students if s in results}
+    if not chapters:
+        shown = _column_chapters(results, ref, None)
+        log(f"gradebook columns: chapter{'s' if len(shown) != 1 else ''} "
+            f"{', '.join(shown) or '(none)'}, the chapters submitted; --chapters fixes the "
+            "columns and totals of an assignment")
     write_gradebook(results, ref, out, chapters=chapters, points=points)
     return results
+
+
+def _column_chapters(results: dict[str, dict], ref, chapters: list[str] | None) -> list[str]:
+    if chapters:
+        return list(chapters)
+    return sorted({nb["chapter"] for r in results.values() for nb in r["notebooks"]
+                   if nb.get("chapter") in ref})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -570,11 +637,7 @@ def write_gradebook(results: dict[str, dict], ref: dict[str, list[ExerciseInfo]]
     """``gradebook.csv`` and ``feedback/<student>.md`` from the per-student results."""
     out.mkdir(parents=True, exist_ok=True)
     points = points or {}
-    if chapters:
-        cols_ch = list(chapters)
-    else:
-        cols_ch = sorted({nb["chapter"] for r in results.values() for nb in r["notebooks"]
-                          if nb.get("chapter") in ref})
+    cols_ch = _column_chapters(results, ref, chapters)
     columns = [ex for ch in cols_ch for ex in ref[ch]]
     auto = [ex for ex in columns if ex.auto_checked]
 

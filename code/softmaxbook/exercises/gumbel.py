@@ -29,7 +29,7 @@ from scipy import stats
 
 from . import _ForbiddenCall, call, check_generator, check_salt, describe, exercise, \
     expect_close, expect_true
-from . import precision_hint
+from . import fail_at_worst_entry
 from .. import gumbel as _gumbel
 from ..gumbel import plackett_luce_log_prob
 
@@ -428,17 +428,8 @@ def _check_max_location(max_location):
         g64 = got.detach().to(torch.float64)
         wrong = ~torch.isclose(g64, expected, rtol=1e-10, atol=1e-10)
         if bool(wrong.any()):
-            err = (g64 - expected).abs().nan_to_num(float("inf")).flatten()
-            i = int(err.argmax())
-            # too large / too small, not the difference: value +- difference was the answer
-            # (review of the new checks, M1)
-            gi, ei = float(g64.flatten()[i]), float(expected.flatten()[i])
-            how = "not a number" if math.isnan(gi) else "too large" if gi > ei else "too small"
-            rel, precision = precision_hint(g64, expected, 1e-3)
-            expect_true(False, f"for input {desc} your location is wrong at {int(wrong.sum())} "
-                               f"of {wrong.numel()} entries, e.g. for mu = "
-                               f"{float(mu.flatten()[i]):.6g}, n = {float(n.flatten()[i]):.6g} "
-                               f"you return {gi:.6g}, which is {how}"
-                               + (f" (largest relative difference {rel:.1e})." if precision
-                                  else "."), hint=precision or hint)
+            fail_at_worst_entry(g64, expected, wrong, (g64 - expected).abs(),
+                                lambda i: f"mu = {float(mu.flatten()[i]):.6g}, "
+                                          f"n = {float(n.flatten()[i]):.6g}",
+                                desc, "location", hint, 1e-3, digits=6)
     return len(cases)

@@ -28,7 +28,7 @@ import torch
 from .. import nce as _nce
 from . import (_ForbiddenCall, call, check_generator, check_salt, describe, exercise,
                expect_close, expect_true)
-from . import precision_hint
+from . import expect_formula
 from ..nce import nce_loss
 
 f64 = dict(dtype=torch.float64)
@@ -281,54 +281,6 @@ def _check_shifted_pmi(shifted_pmi):
 
 # ------------------------------------------------------------------------------------------------
 # Derivations whose end result is a formula, entered as a function of float64 tensors
-def _expect_formula(got, expected, where, desc: str, what: str, scale, hint: str,
-                    known: tuple = ()) -> None:
-    """``got`` equals the formula's values ``expected`` (float64, elementwise; -inf where the
-    formula is -inf) at the inputs.
-
-    The message names the entry furthest off (``where(i)`` describes entry ``i`` of the
-    flattened result) and says whether the answer is too
-    large or too small there, but never prints the expected value: a table of them would hand
-    out the result of the derivation. ``known`` holds ``(values, hint)`` pairs of recognised
-    mistakes; ``scale`` (a tensor like ``expected``) sets the tolerance of each entry, 1e-9
-    relative to the size of the formula's terms there.
-    """
-    shape = tuple(expected.shape)
-    expect_true(isinstance(got, torch.Tensor) and got.is_floating_point()
-                and tuple(got.shape) == shape,
-                f"for input {desc} the {what} should be a float tensor of shape {shape}; got "
-                f"{describe(got)}.",
-                hint="work with torch operations on the input tensors and reduce over the "
-                     "last dimension (the words) only.")
-    expect_true(got.dtype == torch.float64,
-                f"for input {desc} (float64) your {what} is {got.dtype}: return the inputs' "
-                f"dtype.", hint="do not convert to float32 (.float()).")
-    g64 = got.detach()
-
-    def matches(values):
-        same_inf = torch.isinf(values) & (g64 == values)
-        return same_inf | ((g64 - values).abs() <= 1e-9 * scale)
-
-    wrong = ~matches(expected)  # NaN counts as wrong
-    if not bool(wrong.any()):
-        return
-    for values, known_hint in known:
-        if bool(matches(values).all()):
-            hint = known_hint
-            break
-    err = torch.where(wrong, (g64 - expected).abs().nan_to_num(float("inf")) / scale, 0.0)
-    i = int(err.flatten().argmax())
-    at = where(i)
-    gi, ei = float(g64.flatten()[i]), float(expected.flatten()[i])
-    how = ("not a number" if math.isnan(gi) else "too large" if gi > ei else "too small")
-    rel, precision = precision_hint(g64, expected, scale)
-    near = f" (largest relative difference {rel:.1e})" if precision else ""
-    expect_true(False, f"for input {desc} your {what} is wrong at {int(wrong.sum())} of "
-                       f"{wrong.numel()} entries, e.g. for {at} you return {gi:.10g}, which "
-                       f"is {how}{near}.",
-                hint=precision or hint)
-
-
 # ------------------------------------------------------------------------------------------------
 # nce-ex-ns-optimum: log sum_w exp s*(w) for negative sampling's optimum s* = log p_d - log kq
 def _ns_log_mass_cases():
@@ -396,7 +348,8 @@ def _check_ns_log_mass(ns_log_mass):
                 and bool((pd == 0).any())):
             hint = ("a word the data never produce (p_d = 0) has s* = -inf and adds "
                     "e^-inf = 0 to the sum; 0 * log 0 is NaN in floating point.")
-        _expect_formula(got, expected, where, desc, "log of the sum", scale, hint, known)
+        expect_formula(got, expected, where, desc, "log of the sum", scale, hint, known,
+                       per_entry=False)
     return len(cases)
 
 
@@ -461,8 +414,8 @@ def _check_log_odds(data_log_odds):
                     f"log_q = {float(log_q.flatten()[i]):.6g}, "
                     f"prior = {float(prior.flatten()[i]):.6g}")
 
-        _expect_formula(got, expected, where, desc, "log-odds", scale,
-                        "Bayes' rule: P(Y = 1 | w) is proportional to pi p_d(w), P(Y = 0 | w) "
-                        "to (1 - pi) q(w); take the log of their ratio. With pi = 1 / (k + 1) "
-                        "you should get the chapter's log p_d - log kq.", known)
+        expect_formula(got, expected, where, desc, "log-odds", scale,
+                       "Bayes' rule: P(Y = 1 | w) is proportional to pi p_d(w), P(Y = 0 | w) "
+                       "to (1 - pi) q(w); take the log of their ratio. With pi = 1 / (k + 1) "
+                       "you should get the chapter's log p_d - log kq.", known)
     return len(cases)

@@ -255,7 +255,7 @@ def _not_installed(i, module: str, add) -> None:
                                    "scan cannot read)")
 
 
-def notebook_flags(cells: list[tuple[int, str]], code_numbers: dict[int, int]) -> list[str]:
+def notebook_flags(cells: list[tuple[int, str]], code_numbers: dict[int, int | str]) -> list[str]:
     """Reasons to flag the notebook, one line each ("code cell 3: ... sys.modules ...")."""
     found: list[str] = []
 

@@ -24,7 +24,7 @@ import torch
 
 from . import (_ForbiddenCall, _fail, call, check_generator, check_salt, describe, exercise,
                expect_close, expect_true, watch_calls)
-from . import precision_hint
+from . import fail_at_worst_entry
 from .. import softmax as _softmax
 from ..softmax import cross_entropy, logsumexp
 
@@ -304,12 +304,8 @@ def _check_se_gradient(se_grad_true):
         tol = 1e-12 * expected.abs() + 1e-14 * p * (1 - p)
         wrong = ~((g64 - expected).abs() <= tol)
         if bool(wrong.any()):
-            err = ((g64 - expected).abs() / tol).nan_to_num(float("inf")).flatten()
-            i = int(err.argmax())
-            rel, precision = precision_hint(g64, expected)
-            near = f" (largest relative difference {rel:.1e})" if precision else ""
-            expect_true(False, f"for input {desc} your gradient is wrong at {int(wrong.sum())} "
-                               f"of {wrong.numel()} entries, e.g. for p = "
-                               f"{float(p.flatten()[i]):.12g}, K = {float(k.flatten()[i]):g} "
-                               f"you return {float(g64.flatten()[i]):.6g}{near}.", hint=precision or hint)
+            fail_at_worst_entry(g64, expected, wrong, (g64 - expected).abs() / tol,
+                                lambda i: f"p = {float(p.flatten()[i]):.12g}, "
+                                          f"K = {float(k.flatten()[i]):g}",
+                                desc, "gradient", hint, digits=6)
     return len(cases)

@@ -121,7 +121,7 @@ def make_student_notebook(nb: nbformat.NotebookNode, chapter: str | None = None,
     answered: set[str] = set()  # exercises given an answer cell
     cells = []
     in_gated, label = False, None
-    for cell in nb.cells:
+    for cell in _split_exercise_cells(nb.cells):
         tags = set(cell.get("metadata", {}).get("tags", []))
         if cell.cell_type == "markdown":
             solved = [arg for name, arg, _ in _segments(cell.source)
@@ -180,6 +180,59 @@ def make_student_notebook(nb: nbformat.NotebookNode, chapter: str | None = None,
     if chapter is not None:
         nb.metadata["softmaxbook"] = {"chapter": chapter}
     return nb
+
+
+_FENCE = re.compile(r"^\s*(?P<fence>`{3,}|:{3,})")
+_EXERCISE_OPEN = re.compile(r"^\s*(?:`{3,}|:{3,})\{exercise(?:-start)?\}")
+
+
+def split_at_exercises(text: str) -> list[str]:
+    """Split one markdown cell's text before each exercise that is not its first thing, so that
+    a cell holding several exercises (task, solution, next task, ...) becomes one cell per
+    exercise and the answer cell of each can follow its own task, not the last one's.
+    Fenced blocks (maths, code, directives) are skipped whole: a split happens only at the top
+    level, never inside a fence."""
+    lines = text.splitlines()
+    parts: list[list[str]] = [[]]
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if m is None:
+            parts[-1].append(lines[i])
+            i += 1
+            continue
+        if _EXERCISE_OPEN.match(lines[i]) and any(x.strip() for x in parts[-1]):
+            parts.append([])
+        try:
+            end = _close_index(lines, i, m.group("fence"))
+        except ValueError:  # an unclosed fence: leave the rest of the cell as it is
+            end = len(lines) - 1
+        parts[-1].extend(lines[i:end + 1])
+        i = end + 1
+    return ["\n".join(p).strip("\n") for p in parts if any(x.strip() for x in p)] or [text]
+
+
+def _split_exercise_cells(cells) -> list:
+    """The notebook's cells with each markdown cell that holds several exercises split into one
+    cell per exercise (:func:`split_at_exercises`); the first part keeps the cell's id and
+    metadata, the others get fresh ids."""
+    out = []
+    for cell in cells:
+        if cell.cell_type != "markdown" or not isinstance(cell.source, str):
+            out.append(cell)
+            continue
+        parts = split_at_exercises(cell.source)
+        if len(parts) == 1:
+            out.append(cell)
+            continue
+        first = copy.deepcopy(cell)
+        first.source = parts[0]
+        out.append(first)
+        for text in parts[1:]:
+            extra = nbformat.v4.new_markdown_cell(text)
+            extra.metadata = copy.deepcopy(cell.get("metadata", {}))
+            out.append(extra)
+    return out
 
 
 def _answer_cells(ex) -> list:

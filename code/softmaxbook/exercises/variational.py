@@ -26,7 +26,7 @@ import torch
 
 from . import (call, check_generator, check_salt, describe, exercise, expect_close,
                expect_true, watch_calls)
-from . import precision_hint
+from . import expect_formula, precision_hint
 from .. import variational
 from ..variational import cycloid
 
@@ -268,48 +268,6 @@ def _check_beltrami(beltrami):
 
 # ------------------------------------------------------------------------------------------------
 # Derivations whose end result is a formula, entered as an elementwise function of float64 tensors
-def _expect_formula(got, expected, inputs: dict, desc: str, what: str, scale, hint: str,
-                    known: tuple = ()) -> None:
-    """``got`` equals the formula's values ``expected`` (float64, elementwise) at the inputs.
-
-    The message names the entry furthest off by its inputs and says whether the answer is too
-    large or too small there, but never prints the expected value: a table of them would hand
-    out the result of the derivation. ``known`` holds ``(values, hint)`` pairs of recognised
-    mistakes; ``scale`` (a tensor like ``expected``) sets the tolerance of each entry, 1e-9
-    relative to the size of the formula's terms there.
-    """
-    shape = tuple(expected.shape)
-    expect_true(isinstance(got, torch.Tensor) and got.is_floating_point()
-                and tuple(got.shape) == shape,
-                f"for input {desc} the {what} should be a float tensor of shape {shape}, one "
-                f"value per entry of the inputs; got {describe(got)}.",
-                hint="work elementwise with torch operations on the input tensors; do not "
-                     "reduce over a dimension or return a Python number.")
-    expect_true(got.dtype == torch.float64,
-                f"for input {desc} (float64) your {what} is {got.dtype}: return the inputs' "
-                f"dtype.", hint="do not convert to float32 (.float()).")
-    g64 = got.detach()
-    tol = 1e-9 * scale
-    wrong = ~((g64 - expected).abs() <= tol)  # NaN counts as wrong
-    if not bool(wrong.any()):
-        return
-    for values, known_hint in known:
-        if bool(((g64 - values).abs() <= tol).all()):
-            hint = known_hint
-            break
-    err = ((g64 - expected).abs() / scale).nan_to_num(float("inf")).flatten()
-    i = int(err.argmax())
-    at = ", ".join(f"{name} = {float(v.flatten()[i]):.6g}" for name, v in inputs.items())
-    gi, ei = float(g64.flatten()[i]), float(expected.flatten()[i])
-    how = ("not a number" if math.isnan(gi) else "too large" if gi > ei else "too small")
-    rel, precision = precision_hint(g64, expected, scale)
-    near = f" (largest relative difference {rel:.1e})" if precision else ""
-    expect_true(False, f"for input {desc} your {what} is wrong at {int(wrong.sum())} of "
-                       f"{wrong.numel()} entries, e.g. for {at} you return {gi:.10g}, which "
-                       f"is {how}{near}.",
-                hint=precision or hint)
-
-
 # ------------------------------------------------------------------------------------------------
 # variational-ex-sinh: the minimiser of J[f] = int_0^1 (f'^2 + f^2) dx with f(0) = a, f(1) = b.
 # The chapter prints the case a = 0, b = 1 (sinh x / sinh 1) before the exercise, so the student
@@ -374,11 +332,11 @@ def _check_sinh(el_solution):
             ((b * torch.sinh(1 - x) + a * torch.sinh(x)) / math.sinh(1.0),
              "a and b are swapped: f(0) = a and f(1) = b."),
         )
-        _expect_formula(got, expected, {"x": x}, desc, "path",
-                        torch.full_like(x, max(size, 1e-300)),
-                        "derive the Euler–Lagrange equation of F = f'^2 + f^2, write its "
-                        "general solution with two constants and fit them to f(0) = a, "
-                        "f(1) = b.", known)
+        expect_formula(got, expected, {"x": x}, desc, "path",
+                       torch.full_like(x, max(size, 1e-300)),
+                       "derive the Euler–Lagrange equation of F = f'^2 + f^2, write its "
+                       "general solution with two constants and fit them to f(0) = a, "
+                       "f(1) = b.", known)
     return len(cases)
 
 
@@ -427,8 +385,8 @@ def _check_catenary_invariant(invariant):
         )
         # the unsimplified F - f' dF/df' loses about fp^2 * 1e-16 to cancellation: 1e-9 of
         # f sqrt(1 + fp^2) covers it for |fp| <= 10
-        _expect_formula(got, expected, {"f": f, "fp": fp}, desc, "value", f * root,
-                        "differentiate F = f sqrt(1 + f'^2) in f' with f held fixed, multiply "
-                        "by f', subtract from F and simplify over the common denominator.",
-                        known)
+        expect_formula(got, expected, {"f": f, "fp": fp}, desc, "value", f * root,
+                       "differentiate F = f sqrt(1 + f'^2) in f' with f held fixed, multiply "
+                       "by f', subtract from F and simplify over the common denominator.",
+                       known)
     return len(cases)
