@@ -169,6 +169,12 @@ def test_math_is_rendered(visits, page):
 @pytest.mark.parametrize("page", PAGES)
 def test_images_load(visits, page):
     v = visits(page)
+    # a lazy image (an explorer's frame) loads only near the viewport: load it now, then check
+    v.page.evaluate("""() => Promise.all(Array.from(document.images)
+        .filter(img => img.loading === 'lazy' && !img.complete)
+        .map(img => new Promise(done => {
+            img.addEventListener('load', done); img.addEventListener('error', done);
+            img.loading = 'eager'; })))""")
     broken = v.page.evaluate("""() => Array.from(document.images)
         .filter(img => !(img.complete && img.naturalWidth > 0))
         .map(img => img.src)""")

@@ -183,3 +183,164 @@ def test_every_chapter_with_sliders_draws_its_static_fallback():
                          if c["cell_type"] == "code")
         if "Slider(" in code:
             assert ".static(" in code, f"{path.name} has sliders but no Explorer.static call"
+
+
+# --- kernel-free explorers: the frames the build draws (issue 24) ------------------------------
+
+def _spacing_ratios(values):
+    return [b / a for a, b in zip(values, values[1:])]
+
+
+def test_slider_grid_spacing_counts_ends_and_default():
+    tau = Slider("tau", 0.05, 20.0, value=1.0, log=True).grid(15)
+    assert len(tau) >= 15 and tau[0] == 0.05 and tau[-1] == 20.0 and 1.0 in tau
+    assert tau == sorted(set(tau))
+    ratios = _spacing_ratios(tau)  # log-spaced: about the same ratio between neighbours
+    assert max(ratios) / min(ratios) < 1.2
+    alpha = Slider("alpha", 0.01, 1.0, value=0.3).grid(15)
+    gaps = [b - a for a, b in zip(alpha, alpha[1:])]  # linear: about the same gap
+    assert len(alpha) >= 15 and 0.3 in alpha and max(gaps) / min(gaps) < 1.5
+    # every value is shown with the digits it is drawn with
+    assert all(float(f"{v:.3g}") == v for v in tau + alpha)
+    # an integer slider with few positions: all of them, even fewer than 15
+    assert Slider("k", 2, 12, value=8, step=1, integer=True).grid(15) == list(range(2, 13))
+    assert Slider("s", 0, 150, value=50, step=25, integer=True).grid() == [0, 25, 50, 75, 100,
+                                                                         125, 150]
+    # a stepped slider with up to 2 * count positions: every one, exactly (no 0.15000000000000002)
+    power = Slider("power", 0.0, 1.0, value=0.75, step=0.05).grid(15)
+    assert len(power) == 21 and 0.15 in power and 0.75 in power
+    # a log-like integer slider: distinct, log-spaced integers
+    k = Slider("k", 1, 100, value=10, integer=True, log=True).grid(15)
+    assert len(k) >= 15 and k[:4] == [1, 2, 3, 4] and 10 in k and k[-1] == 100
+    assert all(isinstance(v, int) for v in k)
+    assert Choice("kind", ("a", "b", "c"), "b").grid() == ["a", "b", "c"]
+
+
+def test_frame_states_product_and_sweep():
+    e = Explorer(draw, [Slider("tau", 0.1, 10.0, value=1.0, log=True),
+                        Choice("kind", ("bars", "line"), "bars")])
+    mode, values, states = e.frame_states()
+    assert mode == "product" and len(values["tau"]) >= 15 and values["kind"] == ["bars", "line"]
+    assert len(states) == len(values["tau"]) * 2
+    assert len({k for k, _ in states}) == len(states)  # one state per key
+    for key, state in states:
+        assert state == {"tau": values["tau"][key[0]], "kind": values["kind"][key[1]]}
+    mode, values, states = e.frame_states(grid="sweep")
+    default = values["tau"].index(1.0)
+    assert mode == "sweep" and len(states) == len(values["tau"]) + 1
+    # at most one control away from its default in every state
+    assert all(k[0] == default or k[1] == 0 for k, _ in states)
+    # one control: 25 values by default; per-control counts
+    one = Explorer(draw, [Slider("tau", 0.1, 10.0, value=1.0, log=True)])
+    assert len(one.frame_states()[2]) >= 25
+    mode, values, _ = e.frame_states(count={"tau": 20})
+    assert len(values["tau"]) >= 20
+    # "auto" takes the sweep when the product would be too large
+    big = Explorer(lambda ax, a, b: None, [Slider("a", 0.0, 1.0, 0.5), Slider("b", 0.0, 1.0, 0.5)])
+    assert big.frame_states(count=15)[0] == "product"
+    assert big.frame_states(count=25)[0] == "sweep"  # 625 > MAX_PRODUCT
+
+
+def test_frames_bad_arguments_name_the_argument():
+    e = Explorer(draw, [Slider("tau", 0.1, 10.0, value=1.0, log=True)])
+    with pytest.raises(ValueError, match="argument 'grid'"):
+        e.frame_states(grid="diagonal")
+    with pytest.raises(ValueError, match="argument 'count'"):
+        e.frame_states(count=1)
+    with pytest.raises(ValueError, match="argument 'count' names unknown control"):
+        e.frame_states(count={"beta": 15})
+    with pytest.raises(ValueError, match="argument 'count'"):
+        Slider("tau", 0.1, 10.0, value=1.0).grid(True)
+    with pytest.raises(ValueError, match="argument 'fmt'"):
+        e.frames(fmt="gif")
+    with pytest.raises(ValueError, match="argument 'dpi'"):
+        e.frames(dpi=0)
+    with pytest.raises(ValueError, match="argument 'grid'"):
+        e.show(grid="diagonal")  # fails in the notebook, before anything is drawn
+
+
+def test_frames_draw_every_state_with_its_own_alt_text():
+    import io
+
+    from PIL import Image
+
+    e = Explorer(draw, [Slider("tau", 0.1, 10.0, value=1.0, log=True, label="τ"),
+                        Choice("kind", ("bars", "line"), "bars")], height=2.0)
+    before = set(plt.get_fignums())
+    data = e.frames(count=3, dpi=40)
+    assert set(plt.get_fignums()) == before  # every frame's figure is closed
+    frames = data["frames"]
+    assert len(frames) == len(data["values"]["tau"]) * 2
+    images = [img for _, _, img, _ in frames]
+    assert len(set(images)) == len(images)  # every state looks different
+    first = Image.open(io.BytesIO(images[0]))
+    assert first.format == "WEBP" and first.size == data["size"] == (280, 80)
+    alts = [alt for _, _, _, alt in frames]
+    assert len(set(alts)) == len(alts)
+    assert alts[0].startswith("τ = 0.1, kind = bars. Value against item")
+
+
+def test_frames_name_a_state_that_fails():
+    def fragile(ax, tau):
+        if tau > 5:
+            raise ZeroDivisionError("too hot")
+        draw(ax, tau)
+
+    e = Explorer(fragile, [Slider("tau", 0.1, 10.0, value=1.0, log=True)])
+    with pytest.raises(RuntimeError, match=r"state tau = 5\.\d+ fails to draw: ZeroDivisionError"):
+        e.frames(count=15, dpi=30)
+    plt.close("all")
+
+
+def test_frames_html_has_labelled_controls_outputs_and_every_frame():
+    import html as htmllib
+    import json
+    import re
+
+    e = Explorer(draw, [Slider("tau", 0.1, 10.0, value=1.0, log=True, label="τ"),
+                        Choice("kind", ("bars", "line"), "line")])
+    page = e.frames_html(count=4, dpi=30)
+    mode, values, states = e.frame_states(count=4)
+    ids = re.findall(r'<input type="range" id="([^"]+)"', page)
+    assert len(ids) == 1
+    assert f'<label for="{ids[0]}">τ</label>' in page and f'<output for="{ids[0]}"' in page
+    assert f'max="{len(values["tau"]) - 1}"' in page and 'value="' in page
+    assert re.search(r'<select id="[^"]+" data-name="kind"', page)
+    assert '<option value="1" selected>line</option>' in page
+    data = json.loads(re.search(r'<script type="application/json" class="sbx-data">(.*?)</script>',
+                                page).group(1))
+    assert data["mode"] == "product" and len(data["frames"]) == len(states)
+    assert all(src.startswith("data:image/webp;base64,") for src, _ in data["frames"].values())
+    assert [c["text"] for c in data["controls"]][1] == ["bars", "line"]
+    # the default frame is the one shown, with its alt
+    default = f'{values["tau"].index(1.0)},1'
+    assert htmllib.escape(data["frames"][default][1]) in page
+    assert 'loading="lazy"' in page
+    note = re.search(r'<p class="sbx-note">(.*?)</p>', page).group(1)
+    assert "every combination" in note and "log-spaced" in note
+    # two explorers on one page get different ids
+    assert re.search(r'id="(sbx-\w+)"', page).group(1) != re.search(
+        r'id="(sbx-\w+)"', e.frames_html(count=2, dpi=30)).group(1)
+
+
+def test_show_is_the_widget_live_and_the_frames_in_the_build(monkeypatch):
+    import ipywidgets as w
+    from IPython.core.formatters import DisplayFormatter
+
+    from softmaxbook import widgets
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda *a, **k: shown.append((a, k)))
+    e = Explorer(draw, [Slider("tau", 0.1, 10.0, value=1.0, log=True)])
+    view = e.show(count=3)
+    assert "sliders in Jupyter" in repr(view)
+    monkeypatch.delenv(widgets.FRAMES_ENV, raising=False)
+    view._ipython_display_()
+    assert isinstance(shown[-1][0][0], w.VBox)  # live: the ipywidget
+    monkeypatch.setenv(widgets.FRAMES_ENV, "1")
+    view._ipython_display_()
+    bundle = shown[-1][0][0]
+    assert shown[-1][1] == {"raw": True} and 'class="sbx-explorer"' in bundle["text/html"]
+    assert bundle["text/plain"].startswith("3 figures drawn in advance")
+    assert DisplayFormatter  # IPython calls _ipython_display_ before any other repr
+    plt.close("all")

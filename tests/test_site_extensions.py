@@ -31,6 +31,27 @@ def test_bib_latex_reports_what_it_cannot_render():
     assert bib.leftover_latex("costs 5 $") == ["$"]
 
 
+def test_explorer_frames_become_files_addressed_from_the_page():
+    import base64
+
+    ext = _load("explorer_frames")
+    one, two = b"RIFF-frame-one", b"RIFF-frame-two"
+    uri = lambda data: "data:image/webp;base64," + base64.b64encode(data).decode()  # noqa: E731
+    text = (f'<div class="sbx-explorer"><img src="{uri(one)}"><script>{{"frames": '
+            f'{{"0": ["{uri(one)}", "a"], "1": ["{uri(two)}", "b"]}}}}</script></div>')
+    written = {}
+    out, n = ext.externalise(text, written.__setitem__, "book/01_softmax.html")
+    assert n == 3 and "data:image" not in out
+    assert sorted(written.values()) == [one, two]  # one file per distinct frame
+    names = sorted(written)
+    assert all(name.endswith(".webp") for name in names)
+    assert out.count(f"../_images/explorers/{names[0]}") + out.count(
+        f"../_images/explorers/{names[1]}") == 3
+    # a page at the top of the site addresses them without ../
+    out, _ = ext.externalise(text, written.__setitem__, "index.html")
+    assert '"_images/explorers/' in out
+
+
 def test_checked_lines_come_off_the_end_of_a_printed_output():
     ext = _load("folds")
     mark = "\u2713 checked: "

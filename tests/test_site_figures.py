@@ -37,7 +37,9 @@ def _figure_problems(soup) -> list[str]:
     article = soup.select_one("article.bd-article") or soup.select_one("article")
     assert article is not None, "no <article> in the page"
     problems, ids, numbers = [], [], []
-    images = article.find_all("img")
+    # an explorer's frame (img.sbx-frame) is the interactive view beside a numbered figure, the
+    # explorer's static panel: it is not a figure of its own
+    images = [img for img in article.find_all("img") if "sbx-frame" not in img.get("class", [])]
     for k, img in enumerate(images):
         where = f"image {k + 1} ({img.get('alt', '')[:60]!r})"
         figure = img.find_parent("figure")

@@ -178,6 +178,12 @@ def test_images_have_real_alt_text(visit, page):
 def test_figures_are_sharp_on_high_density_screens(visit, page):
     """Every figure a notebook draws has at least 1.8 image pixels per CSS pixel at 1280 px."""
     v = visit(page, *DESKTOP)
+    # an explorer's frame is a lazy image: load it (naturalWidth is 0 until then)
+    v.page.evaluate("""() => Promise.all(Array.from(document.images)
+        .filter(img => img.loading === 'lazy' && !img.complete)
+        .map(img => new Promise(done => {
+            img.addEventListener('load', done); img.addEventListener('error', done);
+            img.loading = 'eager'; })))""")
     blurred = v.page.evaluate("""() => Array.from(document.querySelectorAll('main .cell_output img'))
         .filter(img => img.width > 0 && img.naturalWidth < 1.8 * img.width)
         .map(img => [img.getAttribute('src').split('/').pop().slice(0, 12),

@@ -75,8 +75,13 @@ def setup(_args=None) -> None:
     say(f"set-up done in {time.time() - t0:.0f} s")
 
 
+#: Set for every execution that fills a build's cache: the explorers then draw their frames
+#: (softmaxbook.widgets.FRAMES_ENV; jupyter-cache keys on the code, not on the environment).
+FRAMES = {"SOFTMAXBOOK_EXPLORER_FRAMES": "1"}
+
+
 def _jupyter_book(*extra, source: Path | str = ".") -> None:
-    env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning")
+    env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning", **FRAMES)
     run([BIN / "jupyter-book", "build", *STRICT, *extra, source], env=env)
 
 
@@ -140,7 +145,7 @@ def _prefill_cache() -> list[str]:
     import json
 
     notebooks = _chapter_notebooks()
-    env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning")
+    env = dict(os.environ, PYTHONWARNINGS="ignore::DeprecationWarning", **FRAMES)
     cmd = [PY, ROOT / "tools" / "prefill_cache.py", ROOT / ".jupyter_cache", *notebooks]
     print("$ " + " ".join(str(c) for c in cmd), flush=True)
     proc = subprocess.run([str(c) for c in cmd], cwd=ROOT, env=env, stdout=subprocess.PIPE,
