@@ -237,8 +237,8 @@ def test_frame_states_product_and_sweep():
     assert len(values["tau"]) >= 20
     # "auto" takes the sweep when the product would be too large
     big = Explorer(lambda ax, a, b: None, [Slider("a", 0.0, 1.0, 0.5), Slider("b", 0.0, 1.0, 0.5)])
-    assert big.frame_states(count=15)[0] == "product"
-    assert big.frame_states(count=25)[0] == "sweep"  # 625 > MAX_PRODUCT
+    assert big.frame_states(count=7)[0] == "product"  # 49 <= MAX_PRODUCT
+    assert big.frame_states(count=15)[0] == "sweep"  # 225 > MAX_PRODUCT
 
 
 def test_frames_bad_arguments_name_the_argument():
