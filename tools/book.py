@@ -6,6 +6,7 @@
     python3 tools/book.py test-seeds       # every chapter executed again under other seeds
     python3 tools/book.py student [CH ...]   # student notebooks (solutions stubbed) -> work/ (edited ones kept)
     python3 tools/book.py answer-key [CH ...]  # exercises with their solutions -> _build/answer-key
+    python3 tools/book.py reader-notebooks  # the notebooks behind the download/Binder/Colab buttons -> _build/reader-notebooks
     python3 tools/book.py build-nosolutions [CH ...]  # the site without solutions -> _build/nosolutions/html
     python3 tools/book.py exercise-index   # book/exercise_index.md (every build writes it first)
     python3 tools/book.py pdf [CH ...]     # the book as a PDF (Chromium prints the single-page HTML) -> _build/book.pdf
@@ -313,6 +314,50 @@ def answer_key(args=None) -> None:
     say(f"answer keys in {target}")
 
 
+#: What the reader-notebooks branch holds besides the notebooks: Binder (repo2docker) reads
+#: binder/requirements.txt. The CPU build of torch: PyPI's Linux wheel is the multi-GB CUDA one.
+BINDER_REQUIREMENTS = """\
+# Binder installs this file. The CPU build of torch (PyPI's Linux wheel of torch is the CUDA one).
+--extra-index-url https://download.pytorch.org/whl/cpu
+torch==2.13.0
+./code[book]
+"""
+
+
+def reader_notebooks(args=None) -> None:
+    """The tree of the ``reader-notebooks`` branch, which the Binder and Colab buttons open:
+    every chapter's reader's notebook in book/ (solutions folded, numbers filled in from the
+    build's cache: run `build` first), the package in code/, and binder/requirements.txt.
+    The publishing workflow pushes it; nothing is committed to main."""
+    setup()
+    target = Path(getattr(args, "out", None) or BUILD / "reader-notebooks").resolve()
+    if not (ROOT / ".jupyter_cache").is_dir():
+        sys.exit("reader-notebooks: no build cache (.jupyter_cache); run `python3 tools/book.py "
+                 "build` first, so that the notebooks carry the book's numbers")
+    marker = target / ".reader-notebooks"  # this command wrote the folder: safe to replace
+    if target.exists() and any(target.iterdir()) and not marker.exists():
+        sys.exit(f"reader-notebooks: argument '--out' names {target}, which holds files this "
+                 "command did not write; give an empty or new folder")
+    if target.exists():
+        shutil.rmtree(target)
+    (target / "binder").mkdir(parents=True)
+    marker.write_text("written by tools/book.py reader-notebooks\n")
+    run([PY, "-m", "softmaxbook.exercises.reader", ROOT / "book", target / "book",
+         "--glue", "cache"])
+    shutil.copytree(ROOT / "code", target / "code", ignore=shutil.ignore_patterns(
+        "__pycache__", "*.egg-info", "*.pyc"))
+    (target / "binder" / "requirements.txt").write_text(BINDER_REQUIREMENTS)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    (target / "README.md").write_text(
+        "# The Softmax and Its Tricks: the reader's notebooks\n\n"
+        f"Generated from commit {commit} of the main branch by `python3 tools/book.py "
+        "reader-notebooks`; do not edit here. Each chapter in book/ with its numbers filled "
+        "in and its solutions folded; the site's Binder and Colab buttons open them. On Colab "
+        "the first code cell installs the book's package.\n")
+    say(f"reader's notebooks in {target / 'book'} (the reader-notebooks branch's tree: {target})")
+
+
 def grade(args) -> None:
     """Grade submitted student notebooks (softmaxbook.exercises.grade): each runs in a
     bubblewrap sandbox, every verdict is decided outside it; gradebook and feedback."""
@@ -574,6 +619,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("chapters", nargs="*", help=chapters_help)
     p.add_argument("--out", help="the folder (default: work/)")
     p.set_defaults(func=student)
+    p = sub.add_parser("reader-notebooks", help="the reader's notebooks (numbers filled in, "
+                                                "solutions folded) and the tree of the branch "
+                                                "the launch buttons open -> "
+                                                "_build/reader-notebooks")
+    p.add_argument("--out", help="the folder (default: _build/reader-notebooks)")
+    p.set_defaults(func=reader_notebooks)
     p = sub.add_parser("answer-key", help="write answer keys (exercises and solutions) to "
                                           "_build/answer-key")
     p.add_argument("chapters", nargs="*", help=chapters_help)
