@@ -154,6 +154,22 @@ def test_max_sampler_rejects_milder_clamps(c):
         check("gumbel-ex-max-sampler", mildly_clamped(c))
 
 
+@pytest.mark.parametrize("c", [1e-6, 1e-4])
+def test_max_sampler_rejects_a_clamp_beyond_the_open_interval(c):
+    # R3 review: the task forbids U further from 0 and 1 than (tiny, 1 - eps/2), but a clamp at
+    # 1e-6 or 1e-4 passed (no sample the check can afford sees it); it caps G at 13.8 or 9.2,
+    # so class 1 of [0, -15] never wins even when torch.rand returns its extreme values
+    with pytest.raises(ExerciseCheckFailed, match=r"(?s)logits = \[0, -15\].*class 1 never won"):
+        check("gumbel-ex-max-sampler", mildly_clamped(c))
+
+
+def test_max_sampler_accepts_a_sampler_that_draws_no_uniforms():
+    def exponential_race(logits, generator):  # G = -log E, E ~ Exp(1) from exponential_
+        e = torch.empty(logits.shape, dtype=logits.dtype).exponential_(generator=generator)
+        return (logits - torch.log(e)).argmax(-1)
+    assert check("gumbel-ex-max-sampler", exponential_race)
+
+
 def test_max_sampler_rejects_perturbing_the_callers_logits():
     def in_place(logits, generator):  # right law, but the caller's logits come back changed
         u = torch.rand(logits.shape, dtype=logits.dtype, generator=generator)
@@ -492,6 +508,40 @@ def test_plackett_luce_rejects_changing_the_callers_logits():
 
     with pytest.raises(ExerciseCheckFailed, match="changed the logits it was given"):
         check("gumbel-ex-plackett-luce", in_place)
+
+
+def masked_with(value):
+    def log_prob(logits, order):  # right factors, drawn items masked with a finite value
+        x, lp = logits.clone(), torch.zeros((), dtype=logits.dtype)
+        for i in order:
+            others = x.clone()
+            others[i] = -math.inf
+            a = torch.logsumexp(others - x[i], 0)
+            lp = lp - torch.logaddexp(torch.zeros_like(a), a)
+            x[i] = value
+        return lp
+    return log_prob
+
+
+@pytest.mark.parametrize("value", [-1000.0, -1e4, -1e9])
+def test_plackett_luce_rejects_any_finite_mask(value):
+    # R3 review: only a mask of -100 was caught ([0, -400, -400]); -1000 and -1e4 passed
+    with pytest.raises(ExerciseCheckFailed,
+                       match=r"(?s)order = \[0, 1\].*tensor\(-0.693147\).*finite negative"):
+        check("gumbel-ex-plackett-luce", masked_with(value))
+
+
+def test_plackett_luce_rejects_log1p_of_exp():
+    def log1p_exp(logits, order):  # log(1 + e^a) as log1p(exp(a)): inf once a > 709
+        x, lp = logits.clone(), torch.zeros((), dtype=logits.dtype)
+        for i in order:
+            others = x.clone()
+            others[i] = -math.inf
+            lp = lp - torch.log1p(torch.exp(torch.logsumexp(others - x[i], 0)))
+            x[i] = -math.inf
+        return lp
+    with pytest.raises(ExerciseCheckFailed, match=r"(?s)\[0.0, -800.0\].*overflows float64"):
+        check("gumbel-ex-plackett-luce", log1p_exp)
 
 
 def test_plackett_luce_rejects_float32():

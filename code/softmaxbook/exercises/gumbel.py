@@ -226,7 +226,50 @@ def _check_max_sampler(sampler):
                 hint="at U = 0, -log(-log U) is -inf: every score becomes -inf and argmax picks "
                      "index 0. Keep U inside the open interval (torch.finfo has the smallest "
                      "positive float and the spacing below 1).")
-    return 4 + len(_TAIL_CASES)
+    # The task also forbids keeping U further from 0 and 1 than the open interval needs, which
+    # no sample can check: U clamped to [1e-6, 1 - 1e-6] bounds G to [-2.6, 13.8], so a class
+    # 15 below the best (probability 3e-7) can never win, and the tail cases above cannot see
+    # a clamp tighter than about 1e-4 (R3 review). So, as for U = 0, we choose the uniforms:
+    # 1/2 for class 0 of logits [0, -15] (G = 0.37) and, for class 1, the value of torch.rand
+    # next to 1 in one row and next to 0 in the other (whichever end the learner's noise map
+    # sends to +inf). Unclamped or clamped to [tiny, 1 - eps/2], class 1 wins one of them (its
+    # G is 16.6 from float32 uniforms, 36.7 from float64 ones, above 15.37); a clamp at 1e-6
+    # caps it at 13.8 and class 0 wins both. A sampler that draws no uniforms is not tested.
+    drawn = []
+
+    def extremes(u):
+        if not u.is_floating_point():
+            return u
+        i = torch.arange(u.numel())
+        half = torch.finfo(u.dtype).eps / 2  # rand's grid step: 2^-24 (float32), 2^-53
+        far = torch.where((i // 2) % 2 == 0, torch.tensor(1 - half, dtype=torch.float64),
+                          torch.tensor(half, dtype=torch.float64))
+        return torch.where(i % 2 == 0, 0.5, far).to(u.dtype).reshape(u.shape)
+
+    def extreme_rand(*args, **kwargs):
+        drawn.append(True)
+        return extremes(real_rand(*args, **kwargs))
+
+    def extreme_uniform_(self, *args, **kwargs):
+        drawn.append(True)
+        return self.copy_(extremes(self))
+
+    desc = ("logits = [0, -15] in 4 rows while torch.rand returns 1/2 for class 0 and its "
+            "values next to 1 and next to 0 for class 1")
+    lg = torch.tensor([0.0, -15.0], dtype=torch.float64).expand(4, 2).clone()
+    with mock.patch.object(torch, "rand", extreme_rand), \
+            mock.patch.object(torch.Tensor, "uniform_", extreme_uniform_):
+        idx = _call_sampler(sampler, lg, check_generator(4), desc)
+    if drawn:
+        expect_true(bool((torch.as_tensor(idx) == 1).any()),
+                    f"for {desc}, class 1 never won: your Gumbel noise stops short of its tail, "
+                    "so a class 15 below the best can never be drawn (its probability is 3e-7, "
+                    "not 0).",
+                    hint="keep U away from 0 and 1 only as far as the open interval needs: clamp "
+                         "to the smallest positive float and the largest float below 1 "
+                         "(torch.finfo: tiny and 1 - eps/2). A clamp such as [1e-6, 1 - 1e-6] "
+                         "caps the noise at 13.8.")
+    return 5 + len(_TAIL_CASES)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -311,6 +354,13 @@ def _check_plackett_luce(log_prob):
         # items masked with a finite -100 instead of -inf stay in the second normaliser and
         # give -300 (review of the third edition: only order [1, 2] was tested on these logits)
         (torch.tensor([0.0, -400.0, -400.0], **f64), [0, 1]),
+        # the same with the other two items 1e12 below: a drawn item masked with any finite
+        # number above about -1e12 (-1e4, -1e9, ...) stays in the second normaliser and swamps
+        # them (R3 review: masks of -1000 and -1e4 passed); the answer is still log(1/2)
+        (torch.tensor([0.0, -1e12, -1e12], **f64), [0, 1]),
+        # one factor of probability e^-800: log(1 + e^800), written log1p(exp(800)), overflows
+        # to inf (R3 review: it passed, no factor was below e^-709)
+        (torch.tensor([0.0, -800.0], **f64), [1]),
     ]
     if check_salt():  # the grader's secret salt: random logits on mixed scales, -inf included
         g = check_generator(97)
@@ -351,6 +401,16 @@ def _check_plackett_luce(log_prob):
             hint = ("this order has probability about e^-800, below the smallest positive "
                     "float64 (about e^-745): a product of probabilities underflows to 0 before "
                     "its log is taken. Add log-probabilities instead.")
+        if logits.numel() == 2 and logits[1] == -800.0:
+            hint = ("this order has probability about e^-800: its factor is -log(1 + e^a) with "
+                    "a = 800, and e^800 overflows float64 (above e^709) before the log is "
+                    "taken. Use a function that computes log(1 + e^a) without forming e^a.")
+        if order == [0, 1] and logits[1] == -1e12 and isinstance(got, torch.Tensor) and \
+                got.numel() == 1 and float(got) < -1.0:
+            hint = ("the second factor should be log(1/2): two equally likely items remain. A "
+                    "drawn item masked with a large but finite negative number is still in the "
+                    "normaliser, here far above the remaining items; mask it with a value that "
+                    "exp turns into exactly 0 whatever the other logits are.")
         if order == [0, 1] and logits[1] == -400.0 and isinstance(got, torch.Tensor) and \
                 got.numel() == 1 and abs(float(got) + 300.0) < 1e-6:
             hint = ("the second factor should be log(1/2): two equally likely items remain. A "
