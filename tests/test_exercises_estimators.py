@@ -473,3 +473,24 @@ def test_best_baseline_refuses_the_package_and_its_help_text_hides_the_answers()
         check("estimators-ex-best-baseline", vertex)
     doc = es.square_example_variances.__doc__
     assert "mu**2 + 3" not in doc and "14 mu**2" not in doc
+
+
+def test_laplace_float32_gradient_is_named_not_the_formula():
+    # R3 review: a right-in-law sampler whose random sign is torch.where(u < 0.5, -1.0, 1.0)
+    # (Python numbers: a float32 tensor) has float64 draws but a gradient in scale that went
+    # through float32; the message blamed the formula ("its derivative in scale is ...")
+    def sign_times_exponential(loc, scale, n, generator):
+        e = -torch.log(torch.rand(n, generator=generator, dtype=loc.dtype).clamp_min(1e-300))
+        s = torch.where(torch.rand(n, generator=generator, dtype=loc.dtype) < 0.5, -1.0, 1.0)
+        return loc + scale * s * e
+
+    with pytest.raises(ExerciseCheckFailed, match="(?s)/d scale.*float32 precision only"):
+        check("estimators-laplace-sampler", sign_times_exponential)
+
+    def same_in_float64(loc, scale, n, generator):  # the same sampler, sign in loc's dtype
+        e = -torch.log(torch.rand(n, generator=generator, dtype=loc.dtype).clamp_min(1e-300))
+        u = torch.rand(n, generator=generator, dtype=loc.dtype)
+        s = torch.where(u < 0.5, -torch.ones_like(u), torch.ones_like(u))
+        return loc + scale * s * e
+
+    assert check("estimators-laplace-sampler", same_in_float64)
