@@ -494,3 +494,19 @@ def test_laplace_float32_gradient_is_named_not_the_formula():
         return loc + scale * s * e
 
     assert check("estimators-laplace-sampler", same_in_float64)
+
+
+def test_bernoulli_float32_message_shows_the_error_not_equal_numbers():
+    # R3 review: for values right to float32 precision the message printed the two allowed
+    # values and the learner's to 6 digits, identical ("should take [-0.574443, 1.70223]; got
+    # [1.70223, ...]"); it now gives the size of the error, and the task names float64
+    def float32_b(f, logit, n, generator):  # uniforms in float32, b = (...).float()
+        p = torch.sigmoid(logit)
+        b = (torch.rand(n, generator=generator) < p).float()
+        return f(b) * (b - p)
+
+    with pytest.raises(ExerciseCheckFailed) as err:
+        check("estimators-bernoulli-score", float32_b)
+    text = " ".join(str(err.value).split())
+    assert "right to about 7 digits only" in text and "e-08 from one of the two values" in text
+    assert "should take only the two values" not in text
