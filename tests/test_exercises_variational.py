@@ -523,3 +523,86 @@ def test_sinh_end_points_use_the_stated_tolerance():
                                                   r".*precision was lost"):
         check("variational-ex-sinh", lambda x, a, b: (a * torch.sinh(1 - x) + b * torch.sinh(x))
               / torch.sinh(torch.tensor(1.0)))
+
+
+# --- R3 review: finite differences of higher order, right answers written otherwise, in place ---
+BESIDE_X = r"(?s)evaluates f at .*not one of the x given: a finite difference"
+
+
+def five_point_residual(f, x, h=2e-3):
+    # f'' by the 5-point stencil: within 1e-9 of the exact residual at h = 2e-3 to 5e-3, so
+    # the comparison's tolerance alone let it through (R3 review)
+    d2 = (-f(x + 2 * h) + 16 * f(x + h) - 30 * f(x) + 16 * f(x - h) - f(x - 2 * h)) / (12 * h * h)
+    return 2 * f(x) - 2 * d2
+
+
+def richardson_residual(f, x, h=4e-3):
+    # Richardson extrapolation of the 3-point stencil (order 4): also passed before
+    def c(k):
+        return (f(x + k) - 2 * f(x) + f(x - k)) / k ** 2
+    return 2 * f(x) - 2 * (4 * c(h / 2) - c(h)) / 3
+
+
+def seven_point_residual(f, x, h=1e-2):
+    w = [2, -27, 270, -490, 270, -27, 2]
+    d2 = sum(c * f(x + (i - 3) * h) for i, c in enumerate(w)) / (180 * h * h)
+    return 2 * f(x) - 2 * d2
+
+
+@pytest.mark.parametrize("answer", [five_point_residual, richardson_residual,
+                                    seven_point_residual,
+                                    lambda f, x: five_point_residual(f, x, 5e-3)])
+def test_residual_rejects_finite_differences_of_any_order(answer):
+    with pytest.raises(ExerciseCheckFailed, match=BESIDE_X):
+        check("variational-residual", answer)
+
+
+def residual_by_hessian(f, x):
+    # the Hessian of sum f by torch.autograd.functional: diagonal, since f is elementwise
+    t = x.detach().clone()
+    H = torch.autograd.functional.hessian(lambda v: f(v).sum(), t)
+    return (2 * f(t) - 2 * H.diagonal()).detach()
+
+
+def residual_point_by_point(f, x):
+    # a loop over the points, each a 0-d tensor with its own graph
+    out = []
+    for v in x:
+        t = v.detach().clone().requires_grad_(True)
+        y = f(t)
+        (d1,) = torch.autograd.grad(y, t, create_graph=True)
+        (d2,) = torch.autograd.grad(d1, t)
+        out.append(2 * y.detach() - 2 * d2)
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("answer", [residual_by_hessian, residual_point_by_point,
+                                    residual_by_func])
+def test_residual_guard_accepts_autograd_answers(answer, capsys):
+    assert check("variational-residual", answer)
+    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+def seven_point_slope_beltrami(F, f, x, h=1e-2):
+    # f' by a 7-point stencil (order 6), dF/df' by autograd
+    w = [-1, 9, -45, 0, 45, -9, 1]
+    p = (sum(c * f(x + (i - 3) * h) for i, c in enumerate(w)) / (60 * h)).requires_grad_(True)
+    val = F(x, f(x), p)
+    (dF_dp,) = torch.autograd.grad(val.sum(), p)
+    return (val - p * dF_dp).detach()
+
+
+def test_beltrami_rejects_a_high_order_finite_difference():
+    with pytest.raises(ExerciseCheckFailed, match=BESIDE_X):
+        check("variational-beltrami", seven_point_slope_beltrami)
+
+
+def test_maxent_rejects_changing_energies_in_place():
+    def in_place(energies, mean_energy):
+        p = right_maxent(energies, mean_energy)
+        energies.sub_(energies.min())
+        return p
+
+    with pytest.raises(ExerciseCheckFailed,
+                       match=r"(?s)energies \[2, -1, 0.5, 4, 0\].*changed energies in place"):
+        check("variational-maxent", in_place)
