@@ -435,3 +435,13 @@ def second_too_short(k):
 def test_garden_path_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("beam-cold-ex", answer)
+
+
+def test_garden_path_messages_use_ordinals():
+    # R3 review: the message read "the 1-th and 2-th most probable"
+    def uniform_tree(k):
+        first = torch.full((k + 1,), 1.0 / (k + 1), dtype=torch.float64)
+        return first, torch.full((k + 1, 2), 0.5, dtype=torch.float64)
+
+    with pytest.raises(ExerciseCheckFailed, match="the 1st and 2nd most probable"):
+        check("beam-cold-ex", uniform_tree)

@@ -239,6 +239,12 @@ def _tree_problem(tree, k):
     return None
 
 
+def _ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st, ..."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 @exercise("beam-cold-ex", "a tree where beam search misses the top-k")
 def _check_garden_path(garden_path):
     ks = [1, 2, 3]
@@ -259,8 +265,9 @@ def _check_garden_path(garden_path):
         # beam search's first step must be unambiguous: the k-th and (k+1)-th most probable
         # first tokens may not tie (else which one it keeps is up to the tie-break)
         expect_true(bool(ranked[k - 1] > ranked[k] * (1 + 1e-9)),
-                    f"for k = {k}: your first tokens tie at the beam's cut (the {k}-th and "
-                    f"{k + 1}-th most probable both have probability {float(ranked[k]):.6g}), "
+                    f"for k = {k}: your first tokens tie at the beam's cut (the {_ordinal(k)} "
+                    f"and {_ordinal(k + 1)} most probable both have probability "
+                    f"{float(ranked[k]):.6g}), "
                     "so which ones beam search keeps is up to chance.",
                     hint="make the first step's choice clear-cut.")
         kept = torch.zeros(V, dtype=torch.bool)
@@ -274,7 +281,7 @@ def _check_garden_path(garden_path):
         expect_true(bool(pruned > reachable[k - 1] * (1 + 1e-9)),
                     f"for k = {k} beam search returns the {k} most probable sequences of your "
                     f"tree: the best sequence below a first token it prunes has probability "
-                    f"{float(pruned):.6g}, not more than the {k}-th best it keeps "
+                    f"{float(pruned):.6g}, not more than the {_ordinal(k)} best it keeps "
                     f"({float(reachable[k - 1]):.6g}).",
                     hint="beam search ranks a prefix by its own probability, the bottom-up "
                          "process by its best completion. Give the first tokens the beam keeps "
