@@ -481,3 +481,33 @@ def test_the_deeper_catenary_is_stationary_but_not_a_minimum():
     assert (Jd(e) - 2 * Jd(0.0) + Jd(-e)) / e ** 2 < -0.3  # about -0.39
     res = minimize_functional(soap, -1.0, 1.0, y1, y1, n=64, init=deep)
     assert res.converged and (res.f - torch.cosh(res.x)).abs().max() < 2e-4
+
+
+def _cycloid_time_mp_near_arch(b, fb, g=G):
+    """Reference time for an end beyond the lowest point, solved for delta = 2 pi - theta_b
+    (geometric bisection in 60 digits), so that an end just below the start's height keeps
+    its digits."""
+    import mpmath as mp
+    with mp.workdps(60):
+        ratio = mp.mpf(b) / -mp.mpf(fb)
+        lo, hi = mp.mpf("1e-200"), mp.pi
+        for _ in range(600):
+            mid = mp.sqrt(lo * hi)
+            if (2 * mp.pi - mid + mp.sin(mid)) / (2 * mp.sin(mid / 2) ** 2) > ratio:
+                lo = mid
+            else:
+                hi = mid
+        r = -mp.mpf(fb) / (2 * mp.sin(lo / 2) ** 2)
+        return float((2 * mp.pi - lo) * mp.sqrt(r / g))
+
+
+@pytest.mark.parametrize("ratio", [2.0, 1e3, 1e8, 1e16, 1e20, 1e24, 1e26, 1e100, 1e300])
+def test_cycloid_time_for_an_end_just_below_the_start(ratio):
+    # R3 review: theta_b near 2 pi kept only the absolute precision of 2 pi, so the time was
+    # 6e-9 off at b / (-fb) = 1e16, 2e-4 at 1e24, and from 1.3e25 on the bisection's bracket
+    # end 2 pi - 1e-12 gave 0.28 s for 0.80 s (1e300: 3e-138 s), silently
+    b, fb = 1.0, -1.0 / ratio
+    assert abs(cycloid_time(b, fb) / _cycloid_time_mp_near_arch(b, fb) - 1) < 1e-12
+    # and it tends to the whole arch's time 2 pi sqrt(r / g), r = b / (2 pi)
+    if ratio >= 1e24:
+        assert abs(cycloid_time(b, fb) - cycloid_time(b, 0.0)) < 1e-11

@@ -618,6 +618,24 @@ def _cycloid_params(b: float, fb: float) -> tuple[float, float]:
         return b / (2 * math.pi), 2 * math.pi
     # (θ − sin θ)/(1 − cos θ) increases from 0 to +inf on (0, 2π): bisection for θ_b.
     ratio = b / -fb
+    if ratio > math.pi / 2:
+        # The end lies beyond the lowest point (θ_b > π): solve for δ = 2π − θ_b instead, in
+        # which the ratio is (2π − δ + sin δ) / (2 sin²(δ/2)), decreasing on (0, π]. Near the
+        # whole arch (an end just below the start's height) θ_b itself keeps only the absolute
+        # precision of 2π, so δ and r = −fb / (2 sin²(δ/2)) lost their digits: b / (−fb) = 1e16
+        # gave a time 6e-9 off, 1e20 2e-6, 1e24 2e-4, and from 1.3e25 on the bracket's end
+        # 2π − 1e-12 gave 0.28 s for 0.80 s (1e300: 3e-138 s). Geometric bisection on δ reaches
+        # δ ≈ 3.5e-154, where b / (−fb) overflows.
+        lo, hi = 1e-160, math.pi
+        for _ in range(300):
+            mid = math.sqrt(lo * hi)
+            s2 = 2 * math.sin(mid / 2) ** 2
+            if s2 * ratio < 2 * math.pi - mid + math.sin(mid):
+                lo = mid  # the ratio at mid is still above the target: δ is larger
+            else:
+                hi = mid
+        delta = math.sqrt(lo * hi)
+        return -fb / (2 * math.sin(delta / 2) ** 2), 2 * math.pi - delta
     lo, hi = 1e-12, 2 * math.pi - 1e-12
     for _ in range(200):
         mid = (lo + hi) / 2
