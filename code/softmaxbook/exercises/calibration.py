@@ -304,6 +304,11 @@ def _check_fpr95(fpr95):
         ("scores_in = 1, 2, ..., 30; scores_out = 2.2, 2.4, 3.5, 4.5, ..., 10.5 (95 % of 30 "
          "is 28.5)", torch.arange(1, 31, **f64),
          torch.tensor([2.2, 2.4] + [3.5 + k for k in range(8)], **f64)),
+        # 19 scores: 95 % is 18.05, so all 19 must be accepted. A nearest-rank 5 % quantile
+        # (torch.quantile(..., interpolation="nearest"): index round(0.05 * 18) = 1) keeps only
+        # 18 of 19 = 94.7 %, and passed every other public case (R3 review)
+        ("scores_in = 1, 2, ..., 19; scores_out = 0.5, 1.5, ..., 9.5 (95 % of 19 is 18.05)",
+         torch.arange(1, 20, **f64), torch.arange(10, **f64) + 0.5),
         ("ties: scores_in = [1, 1, 1, 1], scores_out = [1, 0]",
          torch.tensor([1.0, 1.0, 1.0, 1.0], **f64), torch.tensor([1.0, 0.0], **f64)),
         ("200 normal scores_in (mean 1), 150 scores_out (mean 0), rounded to 0.1",
@@ -342,6 +347,10 @@ def _check_fpr95(fpr95):
         elif "28.5" in desc:
             hint = ("at least 95 % means 29 of the 30 (28.5 rounded up); do not interpolate "
                     "between scores (torch.quantile does).")
+        elif "18.05" in desc:
+            hint = ("at least 95 % means all 19 (18.05 rounded up): the threshold is the "
+                    "smallest score. A 5 % quantile by nearest rank (or any rounding to the "
+                    "nearest) takes the second smallest and accepts only 18 of 19.")
         _expect_number(got, expected, input_desc=desc, what="FPR at 95 % TPR", hint=hint)
     return len(cases)
 
