@@ -27,10 +27,52 @@ def score_term(scores, locations, rewards, baseline):
 
 
 def score_term_autograd(scores, locations, rewards, baseline):
+    # right numbers, but the task asks for the derivative derived by hand
     e = scores.detach().clone().requires_grad_(True)
     log_alpha = torch.log_softmax(e, dim=-1).gather(-1, locations[:, None]).squeeze(-1)
     ((rewards - baseline) * log_alpha).sum().backward()
     return e.grad
+
+
+def score_term_autograd_grad(scores, locations, rewards, baseline):
+    e = scores.detach().clone().requires_grad_(True)
+    log_alpha = torch.log_softmax(e, dim=-1).gather(-1, locations[:, None]).squeeze(-1)
+    return torch.autograd.grad(((rewards - baseline) * log_alpha).sum(), e)[0]
+
+
+def score_term_by_hand(scores, locations, rewards, baseline):
+    # a second right answer: alpha from the log-softmax written out, each row shifted by its
+    # own maximum; the one-hot built with scatter
+    m = scores.max(dim=-1, keepdim=True).values
+    alpha = torch.exp(scores - m - torch.log(torch.exp(scores - m).sum(-1, keepdim=True)))
+    onehot = torch.zeros_like(scores).scatter(-1, locations[:, None], 1.0)
+    return (rewards - baseline).unsqueeze(-1) * (onehot - alpha)
+
+
+def _shifted_by(shift):
+    """A score term whose softmax subtracts ``shift(row)`` instead of the row's maximum."""
+    def answer(scores, locations, rewards, baseline):
+        finite = torch.isfinite(scores)
+        x = torch.exp(scores - shift(scores, finite))
+        alpha = x / x.sum(-1, keepdim=True)
+        onehot = torch.nn.functional.one_hot(locations, scores.shape[-1]).to(scores.dtype)
+        return (rewards - baseline)[:, None] * (onehot - alpha)
+    return answer
+
+
+def _finite_mask(value):
+    """A score term that replaces -inf by a finite ``value`` before the softmax."""
+    def answer(scores, locations, rewards, baseline):
+        alpha = torch.softmax(torch.nan_to_num(scores, neginf=value), dim=-1)
+        onehot = torch.nn.functional.one_hot(locations, scores.shape[-1]).to(scores.dtype)
+        return (rewards - baseline)[:, None] * (onehot - alpha)
+    return answer
+
+
+def changes_locations(scores, locations, rewards, baseline):
+    out = score_term(scores, locations, rewards, baseline)
+    locations.zero_()
+    return out
 
 
 def naive_alpha(scores, locations, rewards, baseline):
@@ -58,10 +100,10 @@ def in_place(scores, locations, rewards, baseline):
     return score_term(scores, locations, rewards, 0.0)
 
 
-@pytest.mark.parametrize("answer", [score_term, score_term_autograd])
+@pytest.mark.parametrize("answer", [score_term, score_term_by_hand])
 def test_score_term_accepts_right_answers(answer, capsys):
     assert check("attention-score-term", answer)
-    assert "correct on 6 test cases" in " ".join(capsys.readouterr().out.split())
+    assert "correct on 8 test cases" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -85,6 +127,21 @@ def test_score_term_accepts_right_answers(answer, capsys):
      r"(?s)for input scores \[\[0, 0, 0, 0\]\].*torch.float32"),
     # changes the rewards in place
     (in_place, "changed its inputs in place"),
+    # ... or the locations (review R3: only scores and rewards were compared)
+    (changes_locations, "changed its inputs in place"),
+    # shifted by the row's first score, its smallest finite score or their mean instead of its
+    # maximum: exp(1000) or more on a row spanning 3000 (review R3: all three passed)
+    (_shifted_by(lambda e, f: e[:, :1]), r"(?s)spread of 3000.*NaN or inf"),
+    (_shifted_by(lambda e, f: torch.where(f, e, torch.inf).min(-1, keepdim=True).values),
+     r"(?s)spread of 3000.*NaN or inf"),
+    (_shifted_by(lambda e, f: torch.where(f, e, 0).sum(-1, keepdim=True)
+                 / f.sum(-1, keepdim=True)), r"(?s)spread of 3000.*NaN or inf"),
+    # -inf replaced by a finite mask: wrong where every score is below it (review R3: passed)
+    (_finite_mask(-100.0), r"for input scores \[\[-20000, -inf, -19999\]\]"),
+    (_finite_mask(-1e4), r"for input scores \[\[-20000, -inf, -19999\]\]"),
+    # autograd instead of the derived formula (review R3: passed as a right answer)
+    (score_term_autograd, "(?s)calls Tensor.backward.*derive the derivative"),
+    (score_term_autograd_grad, "(?s)calls torch.autograd.grad.*derive the derivative"),
     # one number per example instead of a gradient per location
     (lambda e, s, r, b: (r - b) * torch.log_softmax(e, -1).gather(-1, s[:, None]).squeeze(-1),
      "shape"),

@@ -27,6 +27,13 @@ def _t(x):
     return torch.tensor(x, dtype=torch.float64)
 
 
+# The score-term exercise asks for the derivative of log softmax, derived by hand.
+_AUTOGRAD = {torch.autograd.grad: "torch.autograd.grad",
+             torch.Tensor.backward: "Tensor.backward (autograd)",
+             torch._make_dual: "forward-mode autodiff (torch.func.jvp / forward_ad)",
+             torch._unpack_dual: "forward-mode autodiff (torch.func.jvp / forward_ad)"}
+
+
 def _expect_float64(got, desc):
     """Name a float32 (or other lower-precision) result instead of reporting a tiny difference."""
     if isinstance(got, torch.Tensor) and got.is_floating_point() and got.dtype != torch.float64:
@@ -56,6 +63,16 @@ _SCORE_CASES = [
     ("scores [[1000, 999, 990], [0, 1, -1]] (rows on different scales), locations [0, 1], "
      "rewards [-0.5, -2], baseline -1",
      [[1000.0, 999.0, 990.0], [0.0, 1.0, -1.0]], [0, 1], [-0.5, -2.0], -1.0),
+    # a row spanning 3000 with its maximum in the middle: any shift but the row's maximum (its
+    # first entry, its minimum, its mean) leaves exp(1000) or more, which overflows (review R3)
+    ("scores [[-2000, 1000, 990, -2000]] (a spread of 3000, the largest not first), location "
+     "[2], reward [-1.2], baseline -0.4",
+     [[-2000.0, 1000.0, 990.0, -2000.0]], [2], [-1.2], -0.4),
+    # every possible score far below any finite stand-in for -inf: a mask of -100 or -1e4
+    # instead of -inf would take nearly all the attention (review R3)
+    ("scores [[-20000, -inf, -19999]] (very negative, location 1 never looked at), location "
+     "[0], reward [-0.8], baseline -1",
+     [[-20000.0, float("-inf"), -19999.0]], [0], [-0.8], -1.0),
 ]
 
 
@@ -75,9 +92,22 @@ def _salted_score_cases():
     e[torch.arange(n), blocked] = float("-inf")
     r = -3 * torch.rand(n, generator=g, dtype=torch.float64)
     b = -float(torch.rand(1, generator=g, dtype=torch.float64))
+    # one row spanning thousands, its largest score at a random place (not first), and one row
+    # of scores far below any finite mask, with an impossible location
+    wide = torch.full((2, L), -2000.0, dtype=torch.float64) + torch.randn(2, L, generator=g,
+                                                                        dtype=torch.float64)
+    top = 1 + torch.randint(0, L - 1, (1,), generator=g)
+    wide[0, top] = 1000.0
+    wide[1] -= 18000.0
+    wide[1, (top + 1) % L] = float("-inf")
+    s2 = torch.tensor([int(top), int(top) % L])
+    r2 = -3 * torch.rand(2, generator=g, dtype=torch.float64)
     return [(f"scores {describe(e)} (rows on different scales, -inf entries), locations "
              f"{s.tolist()}, rewards {describe(r)}, baseline {b:.6g}",
-             e.tolist(), s.tolist(), r.tolist(), b)]
+             e.tolist(), s.tolist(), r.tolist(), b),
+            (f"scores {describe(wide)} (a spread of 3000; scores near -20000 with a -inf), "
+             f"locations {s2.tolist()}, rewards {describe(r2)}, baseline {b:.6g}",
+             wide.tolist(), s2.tolist(), r2.tolist(), b)]
 
 
 def _score_term_reference(scores, locations, rewards, baseline):
@@ -93,7 +123,10 @@ def _check_score_term(score_term):
     for desc, e, s, r, b in cases:
         scores, locations, rewards = _t(e), torch.tensor(s), _t(r)
         args = (scores.clone(), locations.clone(), rewards.clone(), b)
-        got = call(score_term, *args, input_desc=desc)
+        got = call(score_term, *args, input_desc=desc, forbid=_AUTOGRAD,
+                   forbid_reason="The exercise asks you to derive the derivative of "
+                                 "log softmax and write it down: onehot(s) minus the "
+                                 "weights, no autograd.")
         expect_true(isinstance(got, torch.Tensor) and got.shape == scores.shape,
                     f"for input {desc} the result should be a tensor of shape "
                     f"{tuple(scores.shape)} (one gradient per example and location), got "
@@ -105,7 +138,8 @@ def _check_score_term(score_term):
                          "underflows the other rows: each row needs its own maximum. The "
                          "probabilities alpha = softmax(e) are all you need, and torch.softmax "
                          "computes them stably.")
-        expect_true(torch.equal(args[0], scores) and torch.equal(args[2], rewards),
+        expect_true(torch.equal(args[0], scores) and torch.equal(args[1], locations)
+                    and torch.equal(args[2], rewards),
                     f"for input {desc} your function changed its inputs in place.")
         _expect_float64(got, desc)
         expect_close(got.detach(), _score_term_reference(scores, locations, rewards, b),
