@@ -1,5 +1,8 @@
 """The book's figure style and the interactive/static Explorer, tested without a browser."""
 
+import os
+from pathlib import Path
+
 import matplotlib
 import matplotlib.pyplot as plt
 import pytest
@@ -335,6 +338,8 @@ def test_show_is_the_widget_live_and_the_frames_in_the_build(monkeypatch):
     view = e.show(count=3)
     assert "sliders in Jupyter" in repr(view)
     monkeypatch.delenv(widgets.FRAMES_ENV, raising=False)
+    monkeypatch.setattr(widgets, "_parent_command", lambda: ["/usr/bin/python3",
+                                                             "/usr/bin/jupyter-lab"])
     view._ipython_display_()
     assert isinstance(shown[-1][0][0], w.VBox)  # live: the ipywidget
     monkeypatch.setenv(widgets.FRAMES_ENV, "1")
@@ -344,3 +349,75 @@ def test_show_is_the_widget_live_and_the_frames_in_the_build(monkeypatch):
     assert bundle["text/plain"].startswith("3 figures drawn in advance")
     assert DisplayFormatter  # IPython calls _ipython_display_ before any other repr
     plt.close("all")
+
+
+@pytest.mark.parametrize("command, name", [
+    (["/v/bin/python3.11", "/v/bin/jupyter-nbconvert", "--to", "notebook", "--execute"],
+     "jupyter-nbconvert"),
+    (["/v/bin/python", "-m", "pytest", "--nbval-lax", "book/02_choice.ipynb"], "pytest"),
+    (["papermill", "in.ipynb", "out.ipynb"], "papermill"),
+    (["python", "-u", "-m", "nbclient.cli", "x.ipynb"], "nbclient"),
+    (["/v/bin/python", "/v/bin/jupyter-execute", "x.ipynb"], "jupyter-execute"),
+    (["/v/bin/python", "/v/bin/jupyter-lab"], None),
+    (["/v/bin/python", "-m", "jupyterlab"], None),
+    (["/v/bin/python", "/home/u/pytest-notes/jupyter-lab", "--notebook-dir=/papermill"], None),
+    ([], None),
+])
+def test_headless_executor_is_read_from_the_program_only(command, name):
+    from softmaxbook.widgets import headless_executor
+
+    assert headless_executor(command) == name
+
+
+def test_show_under_a_headless_executor_draws_one_figure_and_opens_no_widget(monkeypatch):
+    """nbconvert --execute of chapter 2 once waited 14 minutes at 0 % CPU on the explorer cell's
+    widget messages (jupyter/nbclient#312): under such an executor no widget is opened."""
+    from matplotlib.figure import Figure
+
+    from softmaxbook import widgets
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda *a, **k: shown.append((a, k)))
+    monkeypatch.delenv(widgets.FRAMES_ENV, raising=False)
+    monkeypatch.setattr(widgets, "_parent_command",
+                        lambda: ["/v/bin/python", "/v/bin/jupyter-nbconvert", "--execute"])
+    made = []
+    monkeypatch.setattr(Explorer, "widget", lambda self: made.append(self))
+    view = Explorer(draw, [Slider("tau", 0.1, 10.0, value=1.0, log=True)]).show(count=3)
+    view._ipython_display_()
+    assert made == [] and isinstance(shown[-1][0][0], Figure)
+    monkeypatch.setenv(widgets.FRAMES_ENV, "live")  # the way to force the widget
+    view._ipython_display_()
+    assert len(made) == 1
+    plt.close("all")
+
+
+def test_nbconvert_executes_an_explorer_cell_without_a_widget(tmp_path):
+    """End to end: `jupyter nbconvert --execute` of a notebook with an explorer finishes and
+    saves the default state as a PNG (no widget view)."""
+    import subprocess
+    import sys
+
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell(
+            "import numpy as np\nfrom softmaxbook.widgets import Explorer, Slider\n\n"
+            "def draw(ax, t=1.0):\n    x = np.linspace(-3, 3, 50)\n"
+            "    ax.plot(x, np.tanh(t * x))\n\n"
+            "explorer = Explorer(draw, [Slider('t', 0.1, 3.0, 1.0)])"),
+        nbformat.v4.new_code_cell("explorer.show()"),
+        nbformat.v4.new_code_cell("print('after')")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    path = tmp_path / "w.ipynb"
+    nbformat.write(nb, path)
+    env = {k: v for k, v in os.environ.items() if k != "SOFTMAXBOOK_EXPLORER_FRAMES"}
+    jupyter = Path(sys.executable).with_name("jupyter")
+    subprocess.run([str(jupyter), "nbconvert", "--to", "notebook", "--execute", "--inplace",
+                    "--ExecutePreprocessor.timeout=240", str(path)], check=True, env=env,
+                   timeout=300, capture_output=True)
+    out = nbformat.read(path, as_version=4)
+    kinds = [k for o in out.cells[1].outputs for k in o.get("data", {})]
+    assert "image/png" in kinds and not any("widget" in k for k in kinds), kinds
+    assert out.cells[2].outputs[0]["text"] == "after\n"

@@ -16,6 +16,13 @@ in advance (:meth:`Explorer.frame_states`), with range inputs and a small script
 own (``book/_static/explorer.js``, added by ``book/_ext/explorer_frames.py``) that shows the
 frame matching the controls. A reader moves the sliders with no kernel behind the page.
 
+A headless executor (``jupyter nbconvert --execute``, papermill, ``jupyter execute``, pytest's
+nbval) has no front end to draw a widget, and nbclient, which they share, can wait forever for
+the reply of a cell that opens widgets (jupyter/nbclient#312: it happened to ``nbconvert
+--execute`` of chapter 2, 14 minutes at 0 % CPU). There ``show()`` displays the explorer's
+default state as one figure and opens no widget (:func:`headless_executor` looks at the command
+that started the kernel). ``SOFTMAXBOOK_EXPLORER_FRAMES=live`` forces the widget.
+
 ``draw(ax, **values)`` draws one state onto a matplotlib axes. :meth:`Explorer.render` draws one
 state into a new figure and returns it, which is what the slider callback does, so the callbacks
 are tested without a browser (``tests/test_plotting_widgets.py``). :meth:`Explorer.static` also
@@ -40,7 +47,8 @@ import matplotlib.pyplot as plt
 
 from . import plotting
 
-__all__ = ["Slider", "Choice", "Explorer", "ExplorerView", "FRAMES_ENV", "MIN_FRAMES"]
+__all__ = ["Slider", "Choice", "Explorer", "ExplorerView", "FRAMES_ENV", "MIN_FRAMES",
+           "headless_executor"]
 
 #: Set to "1" by the book's build (tools/book.py, book/_ext/explorer_frames.py): then
 #: :meth:`Explorer.show` displays the precomputed frames instead of the live widget. jupyter-cache
@@ -550,16 +558,71 @@ class ExplorerView:
     def _ipython_display_(self):
         from IPython.display import display
 
-        if os.environ.get(FRAMES_ENV) == "1":
+        mode = os.environ.get(FRAMES_ENV, "")
+        if mode == "1":
             text = self.explorer.grid_text(*self.explorer.frame_states(self.count, self.grid)[:2])
             display({"text/html": self.explorer.frames_html(self.count, self.grid),
                      "text/plain": text}, raw=True)
+        elif mode != "live" and headless_executor() is not None:
+            # no front end to draw a widget, and nbclient may hang on widget messages: the
+            # default state as one figure (see the module docstring)
+            fig = self.explorer.render()
+            display(fig)
+            plt.close(fig)
         else:
             display(self.explorer.widget())
 
     def __repr__(self) -> str:
         names = ", ".join(c.label or n for n, c in self.explorer.controls.items())
         return f"<Explorer of {names}: sliders in Jupyter, precomputed frames on the site>"
+
+
+#: Programs that execute notebooks with no front end (their kernels' parent process).
+HEADLESS = ("jupyter-nbconvert", "nbconvert", "papermill", "jupyter-execute", "nbclient",
+            "pytest", "py.test", "jupyter-book", "sphinx-build")
+
+
+def _parent_command() -> list[str]:
+    """The command line of this process's parent ([] where it cannot be read)."""
+    ppid = os.getppid()
+    try:
+        with open(f"/proc/{ppid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        pass
+    try:  # macOS and other systems without /proc
+        import subprocess
+
+        out = subprocess.run(["ps", "-o", "command=", "-p", str(ppid)], capture_output=True,
+                             text=True, timeout=2).stdout
+        return out.split()
+    except (OSError, subprocess.SubprocessError):
+        return []
+
+
+def headless_executor(command: Sequence[str] | None = None) -> str | None:
+    """The name of the headless notebook executor that started this kernel (nbconvert,
+    papermill, pytest, ...), or None (a front end such as JupyterLab, or unknown).
+
+    ``command``: the parent's command line (default: read from the system). Only the program
+    and, for ``python [-m] X``, the script or module are looked at, not the other arguments."""
+    args = list(_parent_command() if command is None else command)
+    if not args:
+        return None
+    names = [os.path.basename(args[0])]
+    if names[0].startswith("python") and len(args) > 1:
+        rest = args[1:]
+        while rest and rest[0].startswith("-") and rest[0] != "-m":
+            rest = rest[1:]
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            names.append(rest[1].split(".")[0])
+        elif rest:
+            names.append(os.path.basename(rest[0]))
+    for name in names:
+        base = name[:-3] if name.endswith(".py") else name
+        if base in HEADLESS:
+            return base
+    return None
 
 
 _COUNTER = itertools.count()
