@@ -279,10 +279,36 @@ def uses_library(log_alpha, loglik):
     return marginal(log_alpha, loglik)
 
 
-@pytest.mark.parametrize("answer", [marginal, marginal_by_hand])
+def marginal_logaddexp(log_alpha, loglik):
+    # a third right answer: logaddexp folded over the locations
+    x = log_alpha + loglik
+    out = x[:, 0]
+    for j in range(1, x.shape[1]):
+        out = torch.logaddexp(out, x[:, j])
+    return out
+
+
+def _marginal_shifted_by(shift):
+    """log sum exp(x) with x = log_alpha + loglik shifted by ``shift(x, finite)``, not the row's
+    maximum."""
+    def answer(log_alpha, loglik):
+        x = log_alpha + loglik
+        m = shift(x, torch.isfinite(x))
+        return (m + (x - m).exp().sum(-1, keepdim=True).log()).squeeze(-1)
+    return answer
+
+
+def marginal_loglik_max(log_alpha, loglik):
+    # shifted by the largest log-likelihood, weights alpha outside the exp: -inf where the best
+    # location has alpha = 0 and the others underflow
+    m = loglik.max(-1, keepdim=True).values
+    return (m + (log_alpha.exp() * (loglik - m).exp()).sum(-1, keepdim=True).log()).squeeze(-1)
+
+
+@pytest.mark.parametrize("answer", [marginal, marginal_by_hand, marginal_logaddexp])
 def test_marginal_accepts_right_answers(answer, capsys):
     assert check("attention-marginal", answer)
-    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
+    assert "correct on 7 test cases" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize("answer, message", [
@@ -301,6 +327,22 @@ def test_marginal_accepts_right_answers(answer, capsys):
     (lambda la, ll: torch.logsumexp((la + ll).float(), dim=-1), "torch.float32"),
     (marginal_in_place, "changed its inputs in place"),
     (uses_library, "calls softmaxbook.attention.jensen_bound"),
+    # shifted by the smallest finite term or the mean of the finite terms, or by the mean
+    # log-likelihood: exp(1900) or more when one location explains the label (review R3: passed)
+    (_marginal_shifted_by(lambda x, f: torch.where(f, x, torch.inf).min(-1, keepdim=True).values),
+     r"(?s)loglik \[\[-2000, -0.1, -2000, -2000\]\].*not finite"),
+    (_marginal_shifted_by(lambda x, f: torch.where(f, x, 0).sum(-1, keepdim=True)
+                          / f.sum(-1, keepdim=True)),
+     r"(?s)loglik \[\[-2000, -0.1, -2000, -2000\]\].*not finite"),
+    (lambda la, ll: (ll.mean(-1) + (la.exp() * (ll - ll.mean(-1, keepdim=True)).exp()).sum(-1)
+                     .log()), r"(?s)loglik \[\[-2000, -0.1, -2000, -2000\]\].*not finite"),
+    # alpha = 0 made finite: log(alpha + 1e-12), or log alpha clamped at -50, gives the
+    # never-chosen best location a weight (review R3: passed)
+    (lambda la, ll: torch.logsumexp(torch.log(la.exp() + 1e-12) + ll, dim=-1),
+     r"for input alpha \[\[0.0, 0.6, 0.4\]\] \(location 0 never chosen\), loglik \[\[0,"),
+    (lambda la, ll: torch.logsumexp(la.clamp(min=-50.0) + ll, dim=-1),
+     r"for input alpha \[\[0.0, 0.6, 0.4\]\] \(location 0 never chosen\), loglik \[\[0,"),
+    (marginal_loglik_max, r"(?s)location 0 never chosen\), loglik \[\[0,.*not finite"),
     (stub, "NotImplementedError"),
 ])
 def test_marginal_rejects_wrong_answers(answer, message):

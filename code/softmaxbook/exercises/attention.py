@@ -231,6 +231,15 @@ _MARGINAL_CASES = [
     ("loglik [[-1000, -1001, -1003], [-0.5, -2, -1]] (rows on different scales), alpha "
      "[[0.2, 0.3, 0.5], [0.5, 0.25, 0.25]]",
      [[0.2, 0.3, 0.5], [0.5, 0.25, 0.25]], [[-1000.0, -1001.0, -1003.0], [-0.5, -2.0, -1.0]]),
+    # one location explains the label, the others not at all: a shift by anything but the row's
+    # maximum (its first term, its minimum, its mean) overflows (review R3)
+    ("loglik [[-2000, -0.1, -2000, -2000]] (one location explains the label), alpha "
+     "[[0.25, 0.25, 0.25, 0.25]]",
+     [[0.25, 0.25, 0.25, 0.25]], [[-2000.0, -0.1, -2000.0, -2000.0]]),
+    # the location that would explain the label is never chosen: log(alpha + eps) or a clamped
+    # log alpha gives it a weight and an answer near log eps instead of about -1000 (review R3)
+    ("alpha [[0.0, 0.6, 0.4]] (location 0 never chosen), loglik [[0, -1000, -1001]]",
+     [[0.0, 0.6, 0.4]], [[0.0, -1000.0, -1001.0]]),
 ]
 
 
@@ -246,8 +255,19 @@ def _salted_marginal_cases():
     ll = -3 * torch.rand(3, 4, generator=g, dtype=torch.float64)
     ll += torch.tensor([[-1000.0], [0.0], [-300.0]], dtype=torch.float64)[
         torch.randperm(3, generator=g)]
+    # the kinds of the last two fixed cases: one location explaining the label among terms near
+    # -2000, and the best location never chosen (its alpha 0)
+    a2 = torch.rand(2, 4, generator=g, dtype=torch.float64) + 0.05
+    ll2 = torch.tensor([[-2000.0], [-1000.0]], dtype=torch.float64) - torch.rand(
+        2, 4, generator=g, dtype=torch.float64)
+    best = torch.randint(0, 4, (2,), generator=g)
+    ll2[torch.arange(2), best] = -torch.rand(2, generator=g, dtype=torch.float64)
+    a2[1, best[1]] = 0.0
+    a2 = a2 / a2.sum(-1, keepdim=True)
     return [(f"alpha {describe(a)}, loglik {describe(ll)} (rows on different scales)",
-             a.tolist(), ll.tolist())]
+             a.tolist(), ll.tolist()),
+            (f"alpha {describe(a2)}, loglik {describe(ll2)} (one location explains the label; "
+             f"in the second row it is never chosen)", a2.tolist(), ll2.tolist())]
 
 
 @exercise("attention-marginal", "the exact marginal log-likelihood over locations")
