@@ -192,6 +192,9 @@ P_LAPLACE = 1e-6
 #: The tails tested: |x - loc| > TAIL_SCALES * scale on each side, probability e^-4 / 2 = 0.0092
 #: (183 of 20000 draws). A sampler whose eps is clamped to +-0.49 never goes beyond
 #: -ln(0.02) = 3.9 scales (2 % of the mass piles up there), which KS at n = 20000 cannot see.
+#: The limit of these tests at n = 20000 and 1e-6 (R3 review): a law that differs only beyond
+#: about 5 scales (0.7 % of the mass), e.g. a Laplace truncated at 6 scales or whose tail beyond
+#: 5 is redrawn inside, passes; a clamp (draws piled on one value) is caught by PILED below.
 TAIL_SCALES = 4.0
 #: A value drawn this many times or more is a pile-up (a clamp), not chance.
 PILED = 3
