@@ -280,6 +280,12 @@ def test_kl_uniform_stable_and_exact():
     big = torch.tensor([[100.0, -100.0]])
     assert torch.isfinite(kl_uniform(big)).all()
     assert torch.isinf(torch.log(torch.softmax(big, 1))).any()
+    # float16 logits whose spread exceeds float16's range: the KL (59999.3) is representable,
+    # log_softmax's intermediate -1.2e5 is not (R3 review: inf before)
+    half = torch.tensor([[6e4, -6e4], [1.0, 0.0]], dtype=torch.float16)
+    got = kl_uniform(half)
+    assert got.dtype == torch.float16 and torch.isfinite(got).all()
+    assert torch.allclose(got.double(), kl_uniform(half.double()), rtol=1e-3)
 
 
 def test_confidence_loss_value_and_gradient():

@@ -769,7 +769,11 @@ def kl_uniform(logits: torch.Tensor) -> torch.Tensor:
     func = "kl_uniform"
     _check_logits(logits, func)
     k = logits.shape[1]
-    return -math.log(k) - torch.log_softmax(logits, 1).mean(1)
+    # half precision: log_softmax's z - logsumexp(z) overflows to -inf once the logits spread
+    # over more than 65504 (float16 [6e4, -6e4]: -1.2e5), though the KL itself (6e4) is
+    # representable; compute in float32 and round once at the end (R3 review)
+    z = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    return (-math.log(k) - torch.log_softmax(z, 1).mean(1)).to(logits.dtype)
 
 
 def confidence_loss(logits_in: torch.Tensor, labels: torch.Tensor, logits_out: torch.Tensor,
