@@ -54,6 +54,12 @@ def mean_shift_lse(x):  # shifted by the mean of the finite entries
     return (c + torch.log(torch.exp(x - c).sum(-1, keepdim=True))).squeeze(-1)
 
 
+def last_entry_shift_lse(x):  # shifted by the last entry (cold review R3: it passed)
+    c = x[..., -1:]
+    c = torch.where(torch.isinf(c), torch.zeros_like(c), c)
+    return (c + torch.log(torch.exp(x - c).sum(-1, keepdim=True))).squeeze(-1)
+
+
 def scipy_lse(x):
     import scipy.special
     return torch.as_tensor(scipy.special.logsumexp(x.numpy(), axis=-1), dtype=x.dtype)
@@ -162,10 +168,14 @@ def test_lse_accepts_right_answer(answer, capsys):
                      r"(.|\n)*Hint: shift each row by its own maximum"),
     # review of the third edition: shifts by another entry than the maximum overflow on a row
     # whose maximum is last and 1000 above the rest
-    (min_shift_lse, r"x = \[0, -inf, 1000\](.|\n)*but got +tensor\(inf\)"
+    # (the minimum of [-1000, -1001, -2000] is 1000 below its maximum too: it fails there first)
+    (min_shift_lse, r"x = \[-1000, -1001, -2000\](.|\n)*but got +tensor\(inf\)"
                     r"(.|\n)*Hint: an exponent overflowed"),
     (first_entry_shift_lse, r"x = \[0, -inf, 1000\](.|\n)*but got +tensor\(inf\)"),
     (mean_shift_lse, r"x = \[0, -inf, 1000\](.|\n)*but got +tensor\(inf\)"),
+    # cold review R3: every hard row had its maximum last, so a shift by the last entry passed
+    (last_entry_shift_lse, r"x = \[-1000, -1001, -2000\](.|\n)*but got +tensor\(inf\)"
+                           r"(.|\n)*Hint: an exponent overflowed"),
     (scipy_lse, r"calls scipy.special.logsumexp, which this exercise forbids"),
     (scipy_imported_lse, r"calls scipy.special.logsumexp, which this exercise forbids"),
     (logcumsumexp_lse, r"calls torch.logcumsumexp, which this exercise forbids"),
@@ -188,6 +198,14 @@ def test_lse_accepts_right_answer(answer, capsys):
 def test_lse_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("softmax-stable-lse", answer)
+
+
+@pytest.mark.parametrize("salt", [1, 2, 3, 12345])
+def test_lse_rejects_a_last_entry_shift_under_any_salt(salt):
+    # the salted cases too: the salted rows had their maximum last or a spread below 88
+    from softmaxbook.exercises import salted
+    with salted(salt), pytest.raises(ExerciseCheckFailed, match=r"tensor\(inf\)"):
+        check("softmax-stable-lse", last_entry_shift_lse)
 
 
 def test_instructors_page_shows_the_real_messages(capsys):

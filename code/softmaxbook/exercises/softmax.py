@@ -7,7 +7,9 @@
   ``functools.reduce(torch.logaddexp, ...)``), torch's softmax/log-softmax,
   ``scipy.special.logsumexp``, ``numpy.logaddexp`` and the book's library are forbidden. A test
   row has its maximum last with a spread of 1000, so that a shift by the minimum, by the first
-  entry or by the mean of the finite entries overflows there.
+  entry or by the mean of the finite entries overflows there, and another its maximum first with
+  its last entry 1000 below, so that a shift by the last entry overflows too (cold review R3: with
+  every hard row's maximum last, a shift by the last entry passed every public and salted case).
 * ``softmax-cross-entropy``: ``mean_cross_entropy(logits, target)`` from logits and class indices,
   without ever forming ``exp(logits)`` unshifted, also where a logit is ``-inf``; ready-made
   cross entropies and log-softmaxes are forbidden.
@@ -109,12 +111,16 @@ def _expect_unchanged(passed, original, name, desc):
 
 
 MAX_LAST = "the maximum is last"
+MAX_FIRST = "the maximum is first, the last entry 1000 below it"
 PER_ROW = "a batch of 3 rows, float64 (each row needs its own maximum)"
 
 LSE_CASES = [
     (torch.tensor([1.0, 2.0, 3.0]), "x = [1, 2, 3]"),
     (torch.tensor([1000.0, 999.0, 990.0]), "x = [1000, 999, 990] (exp overflows)"),
-    (torch.tensor([-1000.0, -1001.0]), "x = [-1000, -1001] (exp underflows to 0)"),
+    # the maximum first, the last entry 1000 below it: a shift by the last entry (or by the
+    # minimum) leaves exp(1000), which overflows; unshifted, every exp underflows to 0
+    (torch.tensor([-1000.0, -1001.0, -2000.0]),
+     f"x = [-1000, -1001, -2000] (exp underflows to 0; {MAX_FIRST})"),
     (torch.tensor([7.5]), "x = [7.5] (one element)"),
     # the maximum last, 1000 above the rest: a shift by the minimum, the first entry or the mean
     # of the finite entries (500) leaves exp(500) or exp(1000), which overflow in float32
@@ -138,7 +144,7 @@ _ROW_HINT = ("shift each row by its own maximum (x.amax(dim=-1, keepdim=True)), 
              "exp(...) = 0 and log 0 = -inf.")
 _OVERFLOW_HINT = ("an exponent overflowed: exp(x - c) stays finite for every entry only when c "
                   "is at least the largest entry of the row. Which shift makes every exponent "
-                  "<= 0? (The minimum, the first entry or the mean do not.)")
+                  "<= 0? (The minimum, the first or the last entry, or the mean do not.)")
 _NAN_HINT = ("shift by the maximum m of x (not by max(exp(x))). For a row that is all -inf, "
              "m = -inf and x - m = -inf - (-inf) = NaN; the answer for that row is log 0 = "
              "-inf. Which shift gives that without a NaN?")
@@ -160,10 +166,13 @@ def _salted_lse_cases():
     rows = torch.cat([u(-1100, -600, 2, 1, dtype=torch.float64),
                       u(600, 1100, 2, 1, dtype=torch.float64)])[torch.randperm(4, generator=g)]
     rows = rows + u(-10, 0, 4, 3, dtype=torch.float64)
+    first = torch.cat([u(-1100, -600, 1), torch.tensor([-INF]), u(-5, 5, 1)])
+    first[1:] = first[1:] + (first[0] - 1000.0)  # the last entry ~1000 below the first
     dead = u(-50, 50, 3, 4)
     dead[int(torch.randint(3, (1,), generator=g))] = -INF
     return [(big, f"x = {describe(big)} (exp overflows)"),
             (last, f"x = {describe(last)} (an impossible entry; {MAX_LAST})"),
+            (first, f"x = {describe(first)} ({MAX_FIRST})"),
             (rows, f"x = {describe(rows)}, {PER_ROW}"),
             (dead, f"x = {describe(dead)} (a row of -inf)")]
 
@@ -181,7 +190,7 @@ def _check_stable_lse(stable_logsumexp):
             expect_true(False, f"for input {desc} your result contains NaN: {got.tolist()}.",
                         hint=_NAN_HINT)
         hint = _ROW_HINT if PER_ROW in desc else _LSE_HINT
-        if (MAX_LAST in desc and isinstance(got, torch.Tensor)
+        if ((MAX_LAST in desc or MAX_FIRST in desc) and isinstance(got, torch.Tensor)
                 and got.shape == expected.shape
                 and bool((torch.isposinf(got) & torch.isfinite(expected)).any())):
             hint = _OVERFLOW_HINT
