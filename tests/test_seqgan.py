@@ -72,6 +72,19 @@ def _exact_q(gen, disc, y):
     return torch.tensor(q, dtype=torch.float64)
 
 
+def test_rollout_q_keeps_the_discriminators_dtype():
+    # R3 review: Q was float32 whatever the discriminator's dtype (torch.empty(n, T)), so a float64
+    # D lost its digits. With the roll-outs' samples fixed, Q at t = T is D(y) itself, exactly.
+    _, gen, disc = _tiny()
+    disc = disc.double()
+    y = torch.tensor([[0, 2, 1], [1, 1, 0]])
+    q = rollout_q(gen, disc, y, 3, generator=torch.Generator().manual_seed(5))
+    assert q.dtype == torch.float64
+    with torch.no_grad():
+        assert torch.equal(q[:, -1], torch.sigmoid(disc(y)))
+    assert rollout_q(gen, disc.float(), y, 3).dtype == torch.float32
+
+
 def test_rollout_q_matches_the_exact_expectation():
     # Each entry is a mean of N bounded values in (0, 1): its standard error is at most
     # sd/sqrt(N); |z| < 5.5 for the 2 x T entries has a false-alarm rate below 1e-6.

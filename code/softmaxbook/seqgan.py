@@ -270,7 +270,8 @@ def rollout_q(rollout_model: SequenceModel, disc: Discriminator, tokens: torch.T
     _check_tokens(tokens, rollout_model.vocab, "tokens", func)
     n_rollouts = check_int(n_rollouts, "n_rollouts", func, minimum=1)
     n, length = tokens.shape
-    q = torch.empty(n, length)
+    # in the discriminator's dtype: a float64 D gives a float64 Q (it was float32 whatever D was)
+    q = torch.empty(n, length, dtype=disc.out.weight.dtype, device=tokens.device)
     for t in range(1, length):
         prefix = tokens[:, :t].repeat_interleave(n_rollouts, dim=0)
         full = rollout_model.sample(n * n_rollouts, length, prefix=prefix, generator=generator)
