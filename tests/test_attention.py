@@ -400,6 +400,30 @@ def test_surrogate_loss_bad_input():
         surrogate_loss(model, t.annotations, t.labels, "reinforce-entropy", entropy_weight=-1)
 
 
+def test_baseline_is_a_number_or_a_one_element_tensor():
+    # R3 review: baseline=True passed validation (a bool is an int) and failed inside torch
+    # ("Subtraction ... with a bool tensor is not supported"); a 0-d tensor such as
+    # reward.mean() was refused as "must be a finite number, got tensor(-1.)".
+    model, t = _model(), _task(4, 3)
+    loc = t.targets
+    for func, args in ((surrogate_loss, (t.annotations, t.labels, "reinforce-baseline")),
+                       (reinforce_surrogate, (t.annotations, t.labels, loc))):
+        name = func.__name__
+        with pytest.raises(TypeError, match=f"^{name}: argument 'baseline' must be a number"):
+            func(model, *args, baseline=True)
+        with pytest.raises(TypeError, match=f"^{name}: argument 'baseline' must be a number"):
+            func(model, *args, baseline="-1")
+        with pytest.raises(TypeError, match=f"^{name}: argument 'baseline' must be a number"):
+            func(model, *args, baseline=torch.tensor([-1.0, -2.0]))
+        with pytest.raises(ValueError, match=f"^{name}: argument 'baseline' must be a finite"):
+            func(model, *args, baseline=torch.tensor(math.inf))
+    # a 0-d tensor is read as its value: the same surrogate as the float
+    as_tensor, _ = reinforce_surrogate(model, t.annotations, t.labels, loc,
+                                       baseline=torch.tensor(-1.5, dtype=torch.float64))
+    as_float, _ = reinforce_surrogate(model, t.annotations, t.labels, loc, baseline=-1.5)
+    assert torch.equal(as_tensor, as_float)
+
+
 def test_training_learns_where_to_look():
     # The exact marginal is the least noisy method; after 300 steps it looks at the digit and
     # names it (measured 0.94 / 0.98 at this seed; a model that looks uniformly scores 1/L).

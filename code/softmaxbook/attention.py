@@ -265,6 +265,20 @@ class GlimpseNet(nn.Module):
         return torch.log_softmax(self.classifier(context), dim=-1)
 
 
+def _check_baseline(baseline, func: str) -> float:
+    """The baseline as a float: a number, or a one-element tensor such as ``reward.mean()`` (read
+    as its value, no gradient); a bool (an int to Python) or a non-finite value is refused."""
+    if isinstance(baseline, torch.Tensor) and baseline.numel() == 1 \
+            and baseline.dtype != torch.bool:
+        baseline = float(baseline.detach())
+    if isinstance(baseline, bool) or not isinstance(baseline, (int, float)):
+        raise TypeError(f"{func}: argument 'baseline' must be a number (or a one-element "
+                        f"tensor), got {type(baseline).__name__}: {baseline!r}")
+    if not math.isfinite(baseline):
+        raise ValueError(f"{func}: argument 'baseline' must be a finite number, got {baseline!r}")
+    return float(baseline)
+
+
 def _check_batch(model, annotations, labels, func: str):
     if not isinstance(model, GlimpseNet):
         raise TypeError(f"{func}: argument 'model' must be a GlimpseNet, got "
@@ -342,8 +356,7 @@ def surrogate_loss(model: GlimpseNet, annotations: torch.Tensor, labels: torch.T
     _check_batch(model, annotations, labels, func)
     if method not in METHODS:
         raise ValueError(f"{func}: argument 'method' must be one of {METHODS}, got {method!r}")
-    if not isinstance(baseline, (int, float)) or not math.isfinite(baseline):
-        raise ValueError(f"{func}: argument 'baseline' must be a finite number, got {baseline!r}")
+    baseline = _check_baseline(baseline, func)
     entropy_weight = check_positive_number(entropy_weight, "entropy_weight", func,
                                            allow_zero=True)
     check_generator(generator, annotations.device, func)
@@ -431,8 +444,7 @@ def reinforce_surrogate(model: GlimpseNet, annotations: torch.Tensor, labels: to
                          f"{tuple(locations.shape)}")
     if bool(((locations < 0) | (locations >= n_loc)).any()):
         raise ValueError(f"{func}: argument 'locations' must be in [0, {n_loc - 1}]")
-    if not isinstance(baseline, (int, float)) or not math.isfinite(baseline):
-        raise ValueError(f"{func}: argument 'baseline' must be a finite number, got {baseline!r}")
+    baseline = _check_baseline(baseline, func)
     entropy_weight = check_positive_number(entropy_weight, "entropy_weight", func,
                                            allow_zero=True)
     return _reinforce_objective(model, model.scores(annotations), annotations, labels, locations,
