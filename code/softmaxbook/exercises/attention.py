@@ -146,7 +146,9 @@ def _check_score_term(score_term):
                      input_desc=desc, rtol=1e-9, atol=1e-12, what="score-function term",
                      hint="differentiate log alpha_s = e_s - log sum_j exp(e_j) with respect "
                           "to every e_j (each row on its own), and remember what multiplies "
-                          "it in the estimator, baseline included.")
+                          "it in the estimator, baseline included. A score of -inf has weight "
+                          "exactly 0: a finite stand-in such as -100 is not, once every other "
+                          "score of the row lies below it.")
     return len(cases)
 
 
