@@ -172,7 +172,7 @@ def test_lse_accepts_right_answer(answer, capsys):
     (min_shift_lse, r"x = \[-1000, -1001, -2000\](.|\n)*but got +tensor\(inf\)"
                     r"(.|\n)*Hint: an exponent overflowed"),
     (first_entry_shift_lse, r"x = \[0, -inf, 1000\](.|\n)*but got +tensor\(inf\)"),
-    (mean_shift_lse, r"x = \[0, -inf, 1000\](.|\n)*but got +tensor\(inf\)"),
+    (mean_shift_lse, r"x = \[-1000, -1001, -2000\](.|\n)*but got +tensor\(inf\)"),
     # cold review R3: every hard row had its maximum last, so a shift by the last entry passed
     (last_entry_shift_lse, r"x = \[-1000, -1001, -2000\](.|\n)*but got +tensor\(inf\)"
                            r"(.|\n)*Hint: an exponent overflowed"),
@@ -314,6 +314,10 @@ def in_place_ce(logits, target):  # right value, but shifts the caller's logits 
     return (lse - (logits + m).gather(-1, target[:, None]).squeeze(-1)).mean()
 
 
+def float32_ce(logits, target):  # computes float64 logits in float32 (cold review R3)
+    return right_ce(logits.float(), target)
+
+
 def in_place_target_ce(logits, target):  # right value, but reshapes the caller's target
     m = logits.amax(dim=-1, keepdim=True)
     lse = m.squeeze(-1) + torch.log(torch.exp(logits - m).sum(dim=-1))
@@ -348,6 +352,9 @@ def test_ce_accepts_right_answer(answer, capsys):
     (in_place_ce, r"logits = \[\[2, 1, 0.1\]\], target = \[0\] your function changed its "
                   r"argument 'logits' in place"),
     (in_place_target_ce, r"your function changed its argument 'target' in place"),
+    # its hint used to blame the per-row shift, which the answer gets right
+    (float32_ce, r"\(float64\), target = \[0, 1\](.|\n)*Hint: your result is torch.float32 "
+                 r"for torch.float64 logits: compute in the logits' dtype"),
     (lambda logits, target: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
