@@ -240,3 +240,51 @@ def test_figure_labels_are_readable_on_a_phone(visit, page):
     clipped = [name for name, shown, natural, overflow in figures
                if overflow not in ("auto", "scroll")]
     assert clipped == [], f"{page}: figures whose box does not scroll sideways: {clipped}"
+
+
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_phone_figures_fit_where_they_can_and_only_the_others_say_swipe(visit, page):
+    """A figure that fits a 390 px column at 3/4 of its own size or more is shrunk to fit (no
+    sideways swipe); only under an output box that really scrolls is the line "swipe sideways"
+    shown (it once showed under every figure, fitting or not)."""
+    v = visit(page, *PHONE)
+    v.page.evaluate("() => window.dispatchEvent(new Event('resize'))")
+    v.page.wait_for_timeout(400)
+    boxes = v.page.evaluate("""() => Array.from(document.querySelectorAll('main .cell_output'))
+        .filter(b => b.querySelector('img') && b.querySelector('img').naturalWidth > 0)
+        .map(b => {
+            const img = b.querySelector('img');
+            const own = parseFloat(img.style.width) || img.naturalWidth / 2;
+            return {name: img.getAttribute('src').split('/').pop().slice(0, 12),
+                    own: own, shown: img.getBoundingClientRect().width,
+                    room: b.clientWidth, scrolls: b.scrollWidth > b.clientWidth + 1,
+                    hint: getComputedStyle(b, '::after').content};
+        })""")
+    assert boxes, f"{page}: no figures found"
+    for b in boxes:
+        if b["scrolls"]:
+            assert "swipe" in b["hint"], f"{page}: {b['name']} scrolls with no hint: {b}"
+        else:
+            assert b["hint"] in ("none", "normal", ""), \
+                f"{page}: {b['name']} fits but says 'swipe': {b}"
+        if 0.75 * b["own"] <= b["room"]:
+            assert not b["scrolls"] and b["shown"] <= b["room"] + 1, \
+                f"{page}: {b['name']} could fit the column at >= 3/4 of its size: {b}"
+
+
+@pytest.mark.parametrize("scheme", ["dark", "light"])
+def test_the_colour_mode_follows_the_operating_system(browser, server, scheme):  # noqa: F811
+    """A reader whose system asks for dark pages gets the dark theme (it once stayed light)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
+    try:
+        pg = context.new_page()
+        pg.goto(f"{server}/{CHAPTERS[0]}.html", wait_until="load")
+        pg.wait_for_function("() => document.documentElement.dataset.theme", timeout=5000)
+        theme = pg.evaluate("() => document.documentElement.dataset.theme")
+        assert theme == scheme, f"system preference {scheme}, page theme {theme}"
+        # and the page's own text follows (not only the attribute)
+        bg = pg.evaluate("() => getComputedStyle(document.body).backgroundColor")
+        rgb = [int(x) for x in bg[bg.index("(") + 1:bg.index(")")].split(",")[:3]]
+        assert (sum(rgb) < 200) == (scheme == "dark"), f"{scheme}: body background {bg}"
+    finally:
+        context.close()

@@ -120,7 +120,9 @@
 })();
 
 /* Figures on a phone keep 3/4 of their own width (book.css): the width myst-nb writes on each
-   figure (its size at 100 dpi, half the 2x PNG) is handed to the style sheet. */
+   figure (its size at 100 dpi, half the 2x PNG) is handed to the style sheet. An output box that
+   then overflows its column is marked (book-fig-scrolls): only under such a box does the line
+   "swipe sideways" show. */
 (function () {
   function mark() {
     document.querySelectorAll("main .cell_output img").forEach(function (img) {
@@ -129,6 +131,17 @@
         img.style.setProperty("--book-fig-width", w + "px");
       }
     });
+    document.querySelectorAll("main .cell_output").forEach(function (box) {
+      if (!box.querySelector("img")) {
+        return;
+      }
+      box.classList.toggle("book-fig-scrolls", box.scrollWidth > box.clientWidth + 1);
+    });
+  }
+  var timer = null;
+  function markLater() {
+    clearTimeout(timer);
+    timer = setTimeout(mark, 150);
   }
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", mark);
@@ -136,4 +149,124 @@
     mark();
   }
   window.addEventListener("load", mark);
+  window.addEventListener("resize", markLater);
+})();
+
+/* Search (the search page only: Sphinx's searchtools.js, loaded after this file).
+   1. Ranking. Sphinx gives a page the best score of any one query word, and a section title
+      counts only when the query is at least half its length, so "gumbel" ranked chapter 6 (a
+      section "The Gumbel-max trick: ...") above chapter 7 ("Gumbel tricks"), and "temperature
+      scaling" chapter 1 above chapter 3. A page whose title holds every word of the query now
+      comes first, then a page with a section titled with the whole query, then one whose
+      sections' titles hold every word.
+   2. Snippets. The summary under each result is the page's text, whose formulas are MathJax
+      source ("\(p_y\)", "\begin{split}"): formulas are now shown as plain text (display
+      formulas as "…").
+   3. Opened from disk (file://). The snippets are fetched from the pages, which a browser refuses
+      from file:// (CORS errors in the console); the results are listed without snippets, with a
+      line saying how to get them (`python3 tools/book.py serve`). */
+(function () {
+  var GREEK = {alpha: "α", beta: "β", gamma: "γ", delta: "δ", epsilon: "ε", varepsilon: "ε",
+    zeta: "ζ", eta: "η", theta: "θ", kappa: "κ", lambda: "λ", mu: "μ", nu: "ν", xi: "ξ",
+    pi: "π", rho: "ρ", sigma: "σ", tau: "τ", phi: "φ", varphi: "φ", chi: "χ", psi: "ψ",
+    omega: "ω", Gamma: "Γ", Delta: "Δ", Theta: "Θ", Lambda: "Λ", Pi: "Π", Sigma: "Σ",
+    Phi: "Φ", Psi: "Ψ", Omega: "Ω", infty: "∞", le: "≤", leq: "≤", ge: "≥", geq: "≥",
+    ne: "≠", approx: "≈", cdot: "·", times: "×", sum: "Σ", prod: "∏", to: "→", in: "∈"};
+
+  function plainTex(tex) {
+    return tex
+      .replace(/\\(?:operatorname|mathrm|mathbf|mathbb|mathcal|text|textrm|boldsymbol)\s*\{([^{}]*)\}/g, "$1")
+      .replace(/\\(?:left|right|big|Big|bigl|bigr|,|;|!|quad|qquad)/g, " ")
+      .replace(/\\([A-Za-z]+)/g, function (m, name) { return GREEK[name] || name; })
+      .replace(/[{}]/g, "")
+      .replace(/\s+/g, " ")
+      .trim();
+  }
+
+  function queryWords() {
+    var q = new URLSearchParams(window.location.search).get("q") || "";
+    return q.toLowerCase().split(/[^a-z0-9\u00c0-\u024f-]+/).filter(function (w) {
+      return w.length > 1;
+    });
+  }
+
+  function stripTags(html) {
+    return String(html).replace(/<[^>]*>/g, "").toLowerCase();
+  }
+
+  function patch() {
+    if (typeof Search === "undefined" || typeof Scorer === "undefined") {
+      return;
+    }
+    // 1. ranking
+    var words = queryWords(), phrase = words.join(" ");
+    var sectionTitles = null;
+    function titlesOf(docIndex) {
+      if (sectionTitles === null) {
+        sectionTitles = {};
+        var all = (Search._index && Search._index.alltitles) || {};
+        Object.keys(all).forEach(function (title) {
+          all[title].forEach(function (entry) {
+            (sectionTitles[entry[0]] = sectionTitles[entry[0]] || []).push(title.toLowerCase());
+          });
+        });
+      }
+      return sectionTitles[docIndex] || [];
+    }
+    function hasAll(text) {
+      return words.every(function (w) { return text.indexOf(w) >= 0; });
+    }
+    var baseScore = Scorer.score;
+    Scorer.score = function (result) {
+      var score = baseScore ? baseScore(result) : result[4];
+      if (!words.length || !Search._index) {
+        return score;
+      }
+      var index = Search._index.docnames.indexOf(result[0]);
+      if (index < 0) {
+        return score;
+      }
+      var titles = titlesOf(index);
+      if (hasAll(stripTags(Search._index.titles[index]))) {
+        return score + 40;
+      }
+      if (titles.some(function (t) { return t.indexOf(phrase) >= 0; })) {
+        return score + 25;
+      }
+      if (titles.some(hasAll)) {
+        return score + 15;
+      }
+      return score;
+    };
+    // 2. snippets: formulas as plain text
+    var toText = Search.htmlToText;
+    Search.htmlToText = function (htmlString, anchor) {
+      var doc = new DOMParser().parseFromString(htmlString, "text/html");
+      doc.querySelectorAll("div.math").forEach(function (el) { el.replaceWith(" … "); });
+      doc.querySelectorAll("span.math").forEach(function (el) {
+        var tex = el.textContent.replace(/^\s*\\\(|\\\)\s*$/g, "");
+        el.replaceWith(plainTex(tex));
+      });
+      return toText(doc.documentElement.outerHTML, anchor);
+    };
+    // 3. from disk: no snippets (they cannot be fetched), and say so
+    // (documentation_options.js declares DOCUMENTATION_OPTIONS with const: not on window)
+    if (window.location.protocol === "file:" && typeof DOCUMENTATION_OPTIONS !== "undefined") {
+      DOCUMENTATION_OPTIONS.SHOW_SEARCH_SUMMARY = false;
+      var main = document.querySelector("#search-results");  // the search page only
+      if (main) {
+        var note = document.createElement("p");
+        note.className = "book-search-offline";
+        note.textContent = "Opened from disk, the results have no text snippets (a browser " +
+          "does not let a page read other files from disk). For snippets, serve the site: " +
+          "python3 tools/book.py serve";
+        main.parentNode.insertBefore(note, main);
+      }
+    }
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", patch);
+  } else {
+    patch();
+  }
 })();
