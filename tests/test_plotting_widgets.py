@@ -421,3 +421,30 @@ def test_nbconvert_executes_an_explorer_cell_without_a_widget(tmp_path):
     kinds = [k for o in out.cells[1].outputs for k in o.get("data", {})]
     assert "image/png" in kinds and not any("widget" in k for k in kinds), kinds
     assert out.cells[2].outputs[0]["text"] == "after\n"
+
+
+def test_describe_keeps_greek_and_names_a_drawing_without_axes():
+    """The review (R3) read the alt text "τ = 0.5. Τ = 0.5: values against position." (a capital
+    tau, and words that describe nothing) under chapter 7's simplex explorer."""
+    fig, ax = plotting.figure()
+    ax.set_title("τ = 0.5")
+    ax.set_axis_off()
+    assert plotting.describe(fig) == "Figure. τ = 0.5: a drawing without axes."
+    fig2, ax2 = plotting.figure()
+    ax2.set_title("loss by step")
+    ax2.set_xlabel("step")
+    assert plotting.describe(fig2) == "Figure. Loss by step: values against step."
+    plt.close("all")
+
+
+@pytest.mark.parametrize("slider, swapped", [
+    (Slider("a", -1.0, 1.0, 0.3), True),          # 0.3 replaces 0.333: not evenly spaced
+    (Slider("b", -1.0, 1.0, 0.0), False),
+    (Slider("t", -3.0, 1.0, 0.0), False),         # 3-digit rounding is not a swap
+    (Slider("tau", 0.05, 10.0, 0.7, log=True), True),
+    (Slider("tau", 0.1, 10.0, 1.0, log=True), False),
+])
+def test_grid_sentence_says_where_the_default_breaks_the_spacing(slider, swapped):
+    e = Explorer(draw, [slider])
+    text = e.grid_text(*e.frame_states()[:2])
+    assert ("replaces the value nearest to it" in text) == swapped, text

@@ -96,6 +96,10 @@ def describe(fig: Figure) -> str:
         title = _plain(ax.get_title() or ax.get_title("left") or ax.get_title("right"))
         x, y = _plain(ax.get_xlabel()), _plain(ax.get_ylabel())
         what = f"{y or 'values'} against {x or 'position'}"
+        if not ax.axison and not (x or y):
+            # a diagram drawn with its axes off (a simplex, a tree): "values against position"
+            # would describe nothing
+            what = "a drawing without axes"
         legend = ax.get_legend()
         names = [_plain(t.get_text()) for t in legend.get_texts()] if legend else []
         if ax.images:
@@ -103,7 +107,9 @@ def describe(fig: Figure) -> str:
         text = (f"{title}: " if title else "") + what
         if names:
             text += " (" + "; ".join(n for n in names if n) + ")"
-        parts.append(f"Panel {i}, {text}." if len(panels) > 1 else f"{text[:1].upper()}{text[1:]}.")
+        # a capital only for a Latin letter: "τ = 0.5" must not become "Τ = 0.5" (capital tau)
+        first = text[:1].upper() if text[:1].isascii() else text[:1]
+        parts.append(f"Panel {i}, {text}." if len(panels) > 1 else f"{first}{text[1:]}.")
     n_bars = sum(ax.get_label() == "<colorbar>" for ax in fig.axes)
     if n_bars:
         parts.append(f"With {n_bars} colour bar{'s' if n_bars > 1 else ''}.")

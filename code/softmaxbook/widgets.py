@@ -457,8 +457,14 @@ class Explorer:
                              f"{_short(vals[-1])}" + (f" in steps of {_short(c.step)}"
                                                      if (c.step or 1) != 1 else ""))
             else:
+                spacing = "log-spaced" if c.log else "evenly spaced"
+                if c.value in vals and not _regular(vals, c.log):
+                    # frame_values puts the default in place of the grid value nearest to it
+                    # (the slider starts there): the grid is then not evenly spaced around it
+                    spacing += (f" except that the default {_short(c.value)} replaces the "
+                                f"value nearest to it")
                 parts.append(f"{label}: {len(vals)} values from {_short(vals[0])} to "
-                             f"{_short(vals[-1])}, {'log-spaced' if c.log else 'evenly spaced'}")
+                             f"{_short(vals[-1])}, {spacing}")
         n_frames = (math.prod(len(v) for v in values.values()) if mode == "product" else
                     1 + sum(len(v) - 1 for v in values.values()))
         head = f"{n_frames} figures drawn in advance, no Python behind this page"
@@ -626,6 +632,18 @@ def headless_executor(command: Sequence[str] | None = None) -> str | None:
 
 
 _COUNTER = itertools.count()
+
+
+def _regular(values: Sequence[float], log: bool) -> bool:
+    """Whether ``values`` are evenly spaced (on a log scale for ``log``), up to the rounding to
+    3 significant digits of the grid: that moves a value by up to 0.5 % of the largest
+    magnitude (linear) or 0.5 % of itself (log), so two steps may differ by twice that."""
+    if log and min(values) > 0:
+        xs, tol = [math.log(v) for v in values], 0.011
+    else:
+        xs, tol = list(values), 0.011 * max(abs(v) for v in values)
+    steps = [b - a for a, b in zip(xs, xs[1:])]
+    return len(steps) < 2 or max(steps) - min(steps) <= tol + 1e-12
 
 
 def _short(v: Any) -> str:
