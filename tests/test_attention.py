@@ -400,6 +400,17 @@ def test_surrogate_loss_bad_input():
         surrogate_loss(model, t.annotations, t.labels, "reinforce-entropy", entropy_weight=-1)
 
 
+def test_a_model_and_annotations_that_disagree_are_named():
+    # R3 review: a float64 model on float32 annotations (or D = 32 for a 64-input model) failed
+    # inside torch with "mat1 and mat2 must have the same dtype" / "shapes cannot be multiplied"
+    model, t = _model(), _task(4, 3)
+    with pytest.raises(TypeError, match="^evaluate: argument 'annotations' is torch.float32 but "
+                                        "the model's weights are torch.float64"):
+        evaluate(model, GlimpseTask(t.annotations.float(), t.labels, t.targets))
+    with pytest.raises(ValueError, match="^jensen_bound: argument 'annotations' has D = 32"):
+        jensen_bound(model, t.annotations[..., :32], t.labels)
+
+
 def test_baseline_is_a_number_or_a_one_element_tensor():
     # R3 review: baseline=True passed validation (a bool is an int) and failed inside torch
     # ("Subtraction ... with a bool tensor is not supported"); a 0-d tensor such as

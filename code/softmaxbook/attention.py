@@ -287,6 +287,15 @@ def _check_batch(model, annotations, labels, func: str):
     if annotations.dim() != 3:
         raise ValueError(f"{func}: argument 'annotations' must have shape [n, L, D], got "
                          f"{tuple(annotations.shape)}")
+    # named here, not left to torch's "mat1 and mat2 ..." from inside the model (R3 review)
+    weight = model.scorer[0].weight
+    if annotations.shape[-1] != weight.shape[1]:
+        raise ValueError(f"{func}: argument 'annotations' has D = {annotations.shape[-1]} "
+                         f"features per location, but the model reads {weight.shape[1]}")
+    if annotations.dtype != weight.dtype:
+        raise TypeError(f"{func}: argument 'annotations' is {annotations.dtype} but the model's "
+                        f"weights are {weight.dtype}: convert one to the other (e.g. "
+                        f"model.double() and annotations.double())")
     if not isinstance(labels, torch.Tensor) or labels.dtype != torch.int64:
         raise TypeError(f"{func}: argument 'labels' must be an int64 tensor")
     if labels.shape != annotations.shape[:1]:
