@@ -204,3 +204,8 @@ def test_handout_has_no_solutions(printed):
     flat = lambda s: re.sub(r"\s+", " ", s)  # noqa: E731
     assert all(flat(line) in flat(text) for line in lines)
     assert not [line for line in lines if flat(line) in flat(whole)]
+    # nor the chapter's checks' verdicts on the reference solutions ("✓ Exercise
+    # variational-residual (...): correct on 5 test cases"), which the book prints
+    verdict = r"Exercise\s+variational-[\w-]+\s+\([^)]*\)\S*\s+correct\s+on"
+    assert re.search(verdict, text)
+    assert not re.search(verdict, whole)

@@ -382,20 +382,19 @@ def pdf(args=None) -> None:
         html = out / "_build" / "singlehtml" / "index.html"
         name = "book"
     target = BUILD / f"{name}{suffix}.pdf"
-    subtitle = ["--subtitle", "Student edition: the exercises without their solutions"]
-    subtitle = subtitle if hide else []
-    run([PY, Path(__file__).resolve(), "_print-pdf", html, target, *subtitle])
+    run([PY, Path(__file__).resolve(), "_print-pdf", html, target, *(["--handout"] if hide else [])])
     say(f"PDF written in {time.time() - t0:.0f} s: {target}")
 
 
-def print_pdf(html: Path, target: Path, chromium: str | None = None, subtitle: str = "") -> int:
+def print_pdf(html: Path, target: Path, chromium: str | None = None, handout: bool = False) -> int:
     """Print the page ``html`` to ``target`` as a book (tools/pdf/printer.py: A4, print CSS, title
     page, contents with page numbers, bookmarks, page numbers in the footer) after MathJax has
-    finished; returns the number of pages. Runs under the venv's Python."""
+    finished; ``handout``: the students' copy (a solution-free build). Returns the number of
+    pages. Runs under the venv's Python."""
     sys.path.insert(0, str(ROOT / "tools" / "pdf"))
     import printer
 
-    return printer.print_book(html, target, subtitle=subtitle, chromium=chromium)["pages"]
+    return printer.print_book(html, target, handout=handout, chromium=chromium)["pages"]
 
 
 def test(args=None) -> None:
@@ -586,8 +585,8 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("_print-pdf", help=argparse.SUPPRESS)
     p.add_argument("html")
     p.add_argument("target")
-    p.add_argument("--subtitle", default="")
-    p.set_defaults(func=lambda a: print_pdf(Path(a.html), Path(a.target), subtitle=a.subtitle))
+    p.add_argument("--handout", action="store_true")
+    p.set_defaults(func=lambda a: print_pdf(Path(a.html), Path(a.target), handout=a.handout))
     p = sub.add_parser("_assignment-source", help=argparse.SUPPRESS)
     p.add_argument("target")
     p.add_argument("chapters", nargs="+")

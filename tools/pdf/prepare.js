@@ -42,13 +42,23 @@
     }
   }
 
-  // An explorer's live cell (`explorer.show()`: sliders and the frames drawn at build time)
-  // prints nothing but its code; the static panel of the next cell is its printed form.
+  // An explorer's live cell (`explorer.show()`: sliders and the frames drawn at build time,
+  // which the single-page build leaves empty) prints nothing but its code; the static panel of
+  // the next cell is its printed form.
   for (const cell of article.querySelectorAll("div.cell")) {
+    const code = cell.querySelector("div.cell_input pre");
     const out = cell.querySelector("div.cell_output");
-    if (out && out.querySelector(".sbx-explorer") &&
-        !out.querySelector("img:not(.sbx-explorer img), figure")) {
-      cell.remove();
+    const idle = !out || out.querySelector(".sbx-explorer") || out.children.length === 0;
+    if (code && /^\s*\w+\.show\(\)\s*;?\s*$/.test(code.textContent) && idle) cell.remove();
+  }
+
+  // In the students' handout a check cell's output is the verdict on the reference solution
+  // ("✓ Exercise ...: correct"), which the student has not written yet.
+  if (opts.handout) {
+    for (const cell of article.querySelectorAll("div.cell")) {
+      const code = cell.querySelector("div.cell_input pre");
+      const out = cell.querySelector("div.cell_output");
+      if (code && out && /^\s*check\(/.test(code.textContent)) out.remove();
     }
   }
 

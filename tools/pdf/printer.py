@@ -92,9 +92,13 @@ def clean_titles(marks: list, headings: list[dict]) -> dict[int, str]:
 def retitle_bookmarks(path: Path, titles: dict[int, str]) -> None:
     """Set the titles of the PDF's bookmarks (index in document order, as measure.outline
     lists them) in place, with pypdf."""
+    import logging
+
     from pypdf import PdfWriter
     from pypdf.generic import NameObject, TextStringObject
 
+    # (pypdf warns that Chromium's trailer counts fewer objects than the file has: harmless)
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
     writer = PdfWriter(clone_from=str(path))
     index = 0
 
@@ -118,10 +122,15 @@ def retitle_bookmarks(path: Path, titles: dict[int, str]) -> None:
     tmp.replace(path)
 
 
-def print_book(html: Path, target: Path, *, subtitle: str = "", chromium: str | None = None,
+HANDOUT = "Student edition: the exercises without their solutions"
+
+
+def print_book(html: Path, target: Path, *, handout: bool = False, chromium: str | None = None,
                plain: bool = False) -> dict:
-    """Print ``html`` to ``target`` (A4). ``plain``: print the page as it is (no book
-    preparation, no contents pass). Returns {"pages", "passes", "contents": [(title, page)]}."""
+    """Print ``html`` to ``target`` (A4). ``handout``: the students' copy of a solution-free
+    build (said on the title page; the checks' verdicts, which the reference solutions earned,
+    left out). ``plain``: print the page as it is (no book preparation, no contents pass).
+    Returns {"pages", "passes", "contents": [(title, page)]}."""
     from playwright.sync_api import sync_playwright
 
     html, target = Path(html).resolve(), Path(target).resolve()
@@ -171,7 +180,8 @@ def print_book(html: Path, target: Path, *, subtitle: str = "", chromium: str | 
                 page.add_style_tag(content=(HERE / "print.css").read_text())
                 found = page.evaluate((HERE / "prepare.js").read_text(),
                                       {"title": info["title"], "author": info["author"],
-                                       "subtitle": subtitle})
+                                       "subtitle": HANDOUT if handout else "",
+                                       "handout": handout})
                 if found is None:
                     pdf(target)
                     browser.close()
