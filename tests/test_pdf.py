@@ -80,17 +80,36 @@ def test_contents_pages_come_from_the_bookmarks():
         printer.pages_of_entries(marks, entries + [{"title": "2. Choices"}])
 
 
+def test_empty_code_box_is_measured():
+    """measure.empty_box_fraction finds a code box's empty stretch (the issue's pages: a grey box
+    at a page's end, its code on the next page), not a box full of code lines."""
+    np = pytest.importorskip("numpy")
+    import measure
+
+    page = np.full((500, 350, 3), 255)
+    page[300:400, 40:320] = (247, 247, 247)  # a cell's code box: grey ...
+    page[300:400, 40:43] = (74, 168, 74)  # ... with its green edge
+    page[100:110, 40:300] = 20  # a line of text above it
+    assert abs(measure.empty_box_fraction(None, 1, image=page) - 100 / 500) < 0.01
+    page[305:400:12, 60:200] = 30  # the box's code lines: at most 11 rows free of ink
+    assert measure.empty_box_fraction(None, 1, image=page) < 0.03
+    other = np.full((500, 350, 3), 255)
+    other[350:450, 30:330] = (243, 244, 245)  # the theme's other code grey, 20 % of the page
+    assert abs(measure.empty_box_fraction(None, 1, image=other) - 100 / 500) < 0.01
+
+
 # ---- the command on one chapter ------------------------------------------------------------------
 
 def _contents(text: str) -> list[tuple[str, int]]:
     """(title, page) per line of a printed contents page; a title that wraps ends on the line
     with its number."""
     found, pending = [], ""
-    for line in text.splitlines():
+    # (PDFium reads a hyphen where a title wrapped as \x02, and may glue the number to the title)
+    for line in text.replace("\x02", "-").splitlines():
         line = line.strip()
         if not line or line == "Contents":
             continue
-        m = re.fullmatch(r"(.*?\S)\s+(\d+)", line)
+        m = re.fullmatch(r"(.*?\D)\s*(\d+)", line)
         if m:
             found.append(((pending + " " + m.group(1)).strip(), int(m.group(2))))
             pending = ""
@@ -161,11 +180,13 @@ def test_pdf_is_a_book(printed):
         if level == 0 or (level == 1 and parent != "Exercise index"):
             expected.append((title, page))
     assert len(listed) == len(expected) >= 10, (listed, expected)
+    from difflib import SequenceMatcher
+
     for (title, page), (mark, mark_page) in zip(listed, expected):
-        # (a heading's maths prints apart from its line: compare the words before it)
-        assert _words(mark).startswith(_words(title)[:20]), (title, mark)
+        # (the text of a heading's maths is read apart from its line: the words nearly match)
+        assert SequenceMatcher(None, _words(title), _words(mark)).ratio() > 0.8, (title, mark)
         assert page == mark_page, (title, page, mark_page)
-        assert _words(title)[:20] in _words(texts[page - 1]), (title, page)
+        assert _words(title)[:12] in _words(texts[page - 1]), (title, page)
 
     # no page ends in (or holds) an empty stretch of code box taller than 10 % of the page
     worst = max(range(found["pages"]), key=lambda i: found["empty_box"][i])
