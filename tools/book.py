@@ -9,7 +9,8 @@
     python3 tools/book.py reader-notebooks  # the notebooks behind the download/Binder/Colab buttons -> _build/reader-notebooks
     python3 tools/book.py build-nosolutions [CH ...]  # the site without solutions -> _build/nosolutions/html
     python3 tools/book.py exercise-index   # book/exercise_index.md (every build writes it first)
-    python3 tools/book.py pdf [CH ...]     # the book as a PDF (Chromium prints the single-page HTML) -> _build/book.pdf
+    python3 tools/book.py pdf [CH ...] [--no-solutions]  # the book as a PDF (Chromium prints the single-page
+                                           # HTML: contents, bookmarks) -> _build/book[-CH][-nosolutions].pdf
     python3 tools/book.py grade SUBMISSIONS/ [-j N]  # each notebook in a sandbox, checked outside it -> _build/grades
     python3 tools/book.py serve            # serve _build/html on http://127.0.0.1:8000
     python3 tools/book.py lab [--authors]  # the student notebooks (work/) in JupyterLab; --authors: book/
@@ -379,94 +380,66 @@ def grade(args) -> None:
     say(f"gradebook: {out / 'gradebook.csv'}; feedback per student: {out / 'feedback'}")
 
 
+def _pdf_config(path: Path, *, cache: Path | None = None, hide_solutions: bool = False) -> Path:
+    """The config of the PDF's single-page build: the book's, plus tools/pdf/singlehtml_nodes.py
+    (without it Sphinx's singlehtml builder knows none of myst-nb's nodes: see that file)."""
+    config = _derived_config(path, cache=cache, hide_solutions=hide_solutions)
+    text = config.read_text()
+    marker = "  local_extensions:\n"
+    if marker not in text:
+        sys.exit("_config.yml has no 'sphinx: local_extensions:' section")
+    config.write_text(text.replace(
+        marker, marker + f"    singlehtml_nodes: {ROOT / 'tools' / 'pdf'}\n", 1))
+    return config
+
+
 def pdf(args=None) -> None:
-    """A PDF of the book (or of the chapters given): Sphinx's single-page HTML build, printed by
-    Chromium through Playwright once MathJax has typeset every equation -> _build/book.pdf."""
+    """A PDF of the book (or of the chapters given; with --no-solutions, the students' handout,
+    built like `build-nosolutions`): Sphinx's single-page HTML build, printed by Chromium through
+    Playwright (tools/pdf/printer.py: print CSS, a contents list with page numbers, bookmarks)
+    -> _build/book[-CHAPTERS][-nosolutions].pdf."""
     setup()
     chapters = list(getattr(args, "chapters", None) or [])
+    hide = bool(getattr(args, "no_solutions", False))
+    suffix = "-nosolutions" if hide else ""
     t0 = time.time()
     if chapters:
-        src = BUILD / "pdf-src"
+        src = BUILD / ("pdf-src" + suffix)
         run([PY, Path(__file__).resolve(), "_assignment-source", src, *chapters])
         run([PY, "-m", "softmaxbook.exercises.index", src, src / "book" / "exercise_index.md"])
-        config = _derived_config(src / "_config.yml", cache=BUILD / "assignment-cache")
-        out = BUILD / "pdf-assignment"
+        # its own execution cache (two PDFs may be made at once), a copy of the book's: the
+        # chapters are not executed again (jupyter-cache matches notebooks by content)
+        cache = BUILD / ("pdf-cache" + suffix)
+        if (ROOT / ".jupyter_cache").is_dir():
+            shutil.copytree(ROOT / ".jupyter_cache", cache, dirs_exist_ok=True)
+        config = _pdf_config(src / "_config.yml", cache=cache, hide_solutions=hide)
+        out = BUILD / ("pdf-assignment" + suffix)
         _jupyter_book("--builder", "singlehtml", "--config", config, "--toc", src / "_toc.yml",
                       "--path-output", out, source=src)
         html = out / "_build" / "singlehtml" / "index.html"
-        target = BUILD / ("book-" + "-".join(chapters).replace("/", "_") + ".pdf")
+        name = "book-" + "-".join(chapters).replace("/", "_")
     else:
         exercise_index()
         say("building the single-page HTML (notebooks from the build's cache)")
-        _jupyter_book("--builder", "singlehtml")
-        html = BUILD / "singlehtml" / "index.html"
-        target = BUILD / "book.pdf"
-    run([PY, Path(__file__).resolve(), "_print-pdf", html, target])
+        config = _pdf_config(BUILD / f"pdf{suffix}-config.yml", hide_solutions=hide)
+        out = BUILD / ("pdf" + suffix)
+        _jupyter_book("--builder", "singlehtml", "--config", config, "--path-output", out)
+        html = out / "_build" / "singlehtml" / "index.html"
+        name = "book"
+    target = BUILD / f"{name}{suffix}.pdf"
+    run([PY, Path(__file__).resolve(), "_print-pdf", html, target, *(["--handout"] if hide else [])])
     say(f"PDF written in {time.time() - t0:.0f} s: {target}")
 
 
-def print_pdf(html: Path, target: Path, chromium: str | None = None) -> int:
-    """Print the page ``html`` to ``target`` with Chromium (A4, page numbers in the footer),
-    after MathJax has finished; returns the number of pages. Runs under the venv's Python."""
-    import functools
-    import http.server
-    import re
-    import threading
+def print_pdf(html: Path, target: Path, chromium: str | None = None, handout: bool = False) -> int:
+    """Print the page ``html`` to ``target`` as a book (tools/pdf/printer.py: A4, print CSS, title
+    page, contents with page numbers, bookmarks, page numbers in the footer) after MathJax has
+    finished; ``handout``: the students' copy (a solution-free build). Returns the number of
+    pages. Runs under the venv's Python."""
+    sys.path.insert(0, str(ROOT / "tools" / "pdf"))
+    import printer
 
-    from playwright.sync_api import sync_playwright
-
-    html, target = Path(html).resolve(), Path(target).resolve()
-    exe = chromium or os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    root = html.parent
-    # Jupyter Book's index.html only redirects to the root page (book/intro.html). Sphinx's
-    # single-page builder writes that page's links (_static/, _images/) relative to the site's
-    # top folder, so a copy of it there is what prints with its styles, scripts and figures.
-    redirect = re.search(r'http-equiv="Refresh" content="0; url=([^"]+)"', html.read_text())
-    if redirect:
-        page_file = (root / redirect.group(1)).resolve()
-        html = root / "_print.html"
-        html.write_text(page_file.read_text())
-    url_path = html.relative_to(root).as_posix()
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=exe, args=[
-                "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update"])
-            page = browser.new_page()
-            page.goto(f"http://127.0.0.1:{httpd.server_address[1]}/{url_path}",
-                      wait_until="networkidle", timeout=300_000)
-            # every equation typeset before printing: wait until MathJax 3 has loaded (on a busy
-            # machine it may not have when the network is idle), then for its first typesetting
-            page.wait_for_function(
-                "() => !document.querySelector('.math') || (window.MathJax && MathJax.startup "
-                "&& MathJax.startup.promise)", timeout=300_000)
-            page.evaluate("async () => { if (window.MathJax && MathJax.startup) "
-                          "{ await MathJax.startup.promise; } }")
-            page.emulate_media(media="print")
-            # a printed code line cannot scroll: wrap long ones instead of cutting them off
-            page.add_style_tag(content="@media print { pre, .highlight pre { white-space: "
-                                       "pre-wrap !important; overflow-wrap: anywhere; } }")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            page.pdf(path=str(target), format="A4", print_background=True,
-                     margin={"top": "16mm", "bottom": "18mm", "left": "14mm", "right": "14mm"},
-                     display_header_footer=True, header_template="<span></span>",
-                     footer_template='<div style="font-size:8px;width:100%;text-align:center">'
-                                     '<span class="pageNumber"></span> / '
-                                     '<span class="totalPages"></span></div>')
-            browser.close()
-    finally:
-        httpd.shutdown()
-    pages = len(re.findall(rb"/Type\s*/Page(?![a-zA-Z])", target.read_bytes()))
-    print(f"printed {html} -> {target} ({pages} pages)")
-    return pages
+    return printer.print_book(html, target, handout=handout, chromium=chromium)["pages"]
 
 
 def test(args=None) -> None:
@@ -656,11 +629,15 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("pdf", help="a PDF of the book (Chromium prints the single-page HTML) "
                                    "-> _build/book.pdf")
     p.add_argument("chapters", nargs="*", help=chapters_help)
+    p.add_argument("--no-solutions", action="store_true",
+                   help="the students' handout, without solutions -> _build/book[-CHAPTERS]"
+                        "-nosolutions.pdf")
     p.set_defaults(func=pdf)
     p = sub.add_parser("_print-pdf", help=argparse.SUPPRESS)
     p.add_argument("html")
     p.add_argument("target")
-    p.set_defaults(func=lambda a: print_pdf(Path(a.html), Path(a.target)))
+    p.add_argument("--handout", action="store_true")
+    p.set_defaults(func=lambda a: print_pdf(Path(a.html), Path(a.target), handout=a.handout))
     p = sub.add_parser("_assignment-source", help=argparse.SUPPRESS)
     p.add_argument("target")
     p.add_argument("chapters", nargs="+")
