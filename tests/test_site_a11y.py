@@ -158,3 +158,30 @@ def test_solutions_print_expanded(browser, server, page):  # noqa: F811
         assert shown == 0, f"{page}: {shown} toggle buttons on the printed page"
     finally:
         v.close()
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_theme_chrome_has_no_axe_finding_we_fixed(visit, axe_js, page):  # noqa: F811
+    """The whole page, the theme's header and chapter list included: the search and colour
+    buttons' names match what they show (label-content-name-mismatch, once 2 on every page),
+    and every part of the page lies in a landmark (region, once the book's title in the
+    chapter list). Both fixed by book.js."""
+    v = visit(page, *DESKTOP)
+    found = run_axe(v.page, axe_js, context={"exclude": [["mjx-container"]]},
+                    rules=["label-content-name-mismatch", "region"])
+    assert found == [], f"{page}: {[(f['id'], f['where']) for f in found]}"
+
+
+def test_the_colour_button_is_named_by_its_mode_after_a_click(browser, server):  # noqa: F811
+    v = PageVisit(browser, f"{server}/{CHAPTERS[0]}.html", *DESKTOP)
+    try:
+        button = v.page.locator(".theme-switch-button").first
+        names = []
+        for _ in range(3):
+            names.append(button.get_attribute("aria-label"))
+            button.click()
+            v.page.wait_for_timeout(200)
+        assert all(n and n.startswith("Color mode: ") for n in names), names
+        assert len(set(names)) == 3, f"the name does not follow the mode: {names}"
+    finally:
+        v.close()

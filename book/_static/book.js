@@ -270,3 +270,46 @@
     patch();
   }
 })();
+
+/* Three things axe-core found in the theme's markup on every page, fixed here (the theme's
+   templates are not ours to edit):
+   - the header's search button is named "Search" but shows "Search Ctrl+K", and the colour-mode
+     button is named "Color mode" but shows an icon titled "Light", "Dark" or "System Settings"
+     (label-content-name-mismatch: a speech user says what they see). The search button is named
+     by what it shows; the colour button's name says its current mode;
+   - the chapter list's first item (the book's title) lay outside every landmark (region): the
+     chapter list is now a navigation landmark. */
+(function () {
+  function fix() {
+    document.querySelectorAll(".search-button-field[aria-label]").forEach(function (b) {
+      b.removeAttribute("aria-label");
+    });
+    // the icon shown is the one whose data-mode is the page's (html[data-mode], set by the
+    // theme's script, possibly after this runs: followed with an observer)
+    function nameColour(button) {
+      var mode = document.documentElement.dataset.mode || "auto";
+      var shown = button.querySelector('svg[data-mode="' + mode + '"], i[data-mode="' + mode + '"]');
+      var title = shown && (shown.querySelector("title") || shown);
+      var text = title && (title.textContent || title.getAttribute("title"));
+      button.setAttribute("aria-label", "Color mode: " + (text || mode));
+    }
+    var buttons = document.querySelectorAll(".theme-switch-button");
+    buttons.forEach(nameColour);
+    if (buttons.length && !fix.observing) {
+      fix.observing = true;
+      new MutationObserver(function () { buttons.forEach(nameColour); })
+        .observe(document.documentElement, {attributes: true, attributeFilter: ["data-mode"]});
+    }
+    var sidebar = document.querySelector(".bd-sidebar-primary");
+    if (sidebar && !sidebar.getAttribute("role")) {
+      sidebar.setAttribute("role", "navigation");
+      sidebar.setAttribute("aria-label", "The book's chapters");
+    }
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", fix);
+  } else {
+    fix();
+  }
+  window.addEventListener("load", fix);
+})();
