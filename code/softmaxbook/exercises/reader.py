@@ -29,6 +29,8 @@ import re
 
 import nbformat
 
+from .student import _close_index  # the CommonMark fence rule, shared
+
 __all__ = ["make_reader_notebook", "INSTALL_CELL", "solution_summary"]
 
 #: Where the package comes from when it is not installed: the repository named in _config.yml
@@ -58,15 +60,6 @@ def solution_summary(label: str | None, context) -> str:
     if label and context is not None and label in context.exercises:
         return f"Solution to Exercise {context.exercises[label]}"
     return f"Solution ({label})" if label else "Solution"
-
-
-def _closing(lines: list[str], start: int, fence: str) -> int:
-    char, n = fence[0], len(fence)
-    pattern = re.compile(rf"^\s*{re.escape(char)}{{{n},}}\s*$")
-    for i in range(start + 1, len(lines)):
-        if pattern.match(lines[i]):
-            return i
-    raise ValueError(f"unclosed directive fence {fence!r} opened on line {start + 1}")
 
 
 def _details(summary: str, body: str) -> list[str]:
@@ -106,7 +99,7 @@ def _fold_solutions(text: str, in_gated: bool, label: str | None, context,
             (gated if in_gated else out).append(lines[i])
             i += 1
             continue
-        end = _closing(lines, i, m.group("fence"))
+        end = _close_index(lines, i, m.group("fence"))
         body = lines[i + 1:end]
         while body and _OPTION.match(body[0]):
             body = body[1:]
