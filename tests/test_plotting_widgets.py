@@ -448,3 +448,12 @@ def test_grid_sentence_says_where_the_default_breaks_the_spacing(slider, swapped
     e = Explorer(draw, [slider])
     text = e.grid_text(*e.frame_states()[:2])
     assert ("replaces the value nearest to it" in text) == swapped, text
+
+
+def test_headless_executor_names_a_bad_command():
+    from softmaxbook.widgets import headless_executor
+
+    with pytest.raises(TypeError, match="argument 'command'"):
+        headless_executor("jupyter-nbconvert --execute")
+    with pytest.raises(TypeError, match="argument 'command'"):
+        headless_executor([1, 2])

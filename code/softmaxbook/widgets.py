@@ -612,6 +612,10 @@ def headless_executor(command: Sequence[str] | None = None) -> str | None:
 
     ``command``: the parent's command line (default: read from the system). Only the program
     and, for ``python [-m] X``, the script or module are looked at, not the other arguments."""
+    if command is not None and (isinstance(command, (str, bytes))
+                                or not all(isinstance(a, str) for a in command)):
+        raise TypeError("headless_executor: argument 'command' must be a list of strings (a "
+                        f"command line split into its arguments), got {command!r}")
     args = list(_parent_command() if command is None else command)
     if not args:
         return None
