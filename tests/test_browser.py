@@ -68,6 +68,23 @@ def serve_directory(site: Path):
         httpd.shutdown()
 
 
+def download_notebook(context, url: str, target: Path):
+    """Open the page ``url`` in ``context``, press its download button and fetch the notebook its
+    .ipynb link points at into ``target``; returns (the page, the notebook)."""
+    import nbformat
+
+    page = context.new_page()
+    page.goto(url, wait_until="domcontentloaded")
+    page.locator(".dropdown-download-buttons > button").click()
+    link = page.locator(".dropdown-download-buttons a", has_text=".ipynb")
+    link.wait_for(state="visible", timeout=5000)
+    # the link opens in a new tab (target=_blank): fetch what it points at
+    response = context.request.get(link.evaluate("a => a.href"))
+    assert response.ok, f"{url}: the download button's link gives HTTP {response.status}"
+    target.write_bytes(response.body())
+    return page, nbformat.read(target, as_version=4)
+
+
 @pytest.fixture(scope="module")
 def server():
     if not (SITE / "index.html").exists():

@@ -24,7 +24,7 @@ import yaml
 from conftest import ROOT, chapter_notebooks
 from softmaxbook.exercises.reader import INSTALL_CELL, PACKAGE_URL, make_reader_notebook
 from softmaxbook.exercises.readable import context_for
-from test_browser import browser, server, toc_pages  # noqa: F401  (fixtures)
+from test_browser import browser, download_notebook, server, toc_pages  # noqa: F401
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 MYST = ["```{", ":::{", "{eq}`", "{footcite", "{doc}`", "{ref}`", "{exercise", "{glue",
@@ -226,16 +226,7 @@ CHAPTERS = [p for p in toc_pages() if (ROOT / (p + ".ipynb")).exists()]
 def test_download_and_launch_buttons_give_the_reader_notebook(server, browser, page, tmp_path):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
-        pg = context.new_page()
-        pg.goto(f"{server}/{page}.html", wait_until="domcontentloaded")
-        pg.locator(".dropdown-download-buttons > button").click()
-        link = pg.locator(".dropdown-download-buttons a", has_text=".ipynb")
-        link.wait_for(state="visible", timeout=5000)
-        response = context.request.get(link.evaluate("a => a.href"))
-        assert response.ok, f"{page}: the download link gives HTTP {response.status}"
-        target = tmp_path / "download.ipynb"
-        target.write_bytes(response.body())
-        nb = nbformat.read(target, as_version=4)
+        pg, nb = download_notebook(context, f"{server}/{page}.html", tmp_path / "d.ipynb")
         assert nb.metadata.get("softmaxbook", {}).get("reader") is True, \
             f"{page}: the download button gives the authors' notebook"
         assert myst_left(nb) == [], f"{page}: raw MyST in the download: {myst_left(nb)}"

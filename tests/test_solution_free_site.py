@@ -24,7 +24,8 @@ import yaml
 
 from conftest import ROOT, chapter_notebooks
 from softmaxbook.exercises.student import stub_source
-from test_browser import CHROMIUM_FLAGS, chromium_path, serve_directory, toc_pages
+from test_browser import (CHROMIUM_FLAGS, chromium_path, download_notebook, serve_directory,
+                          toc_pages)
 
 NOSOL_SITE = Path(os.environ.get("BOOK_NOSOL_SITE",
                                  ROOT / "_build" / "nosolutions" / "_build" / "html"))
@@ -161,17 +162,8 @@ CHAPTERS = [p for p in toc_pages() if (ROOT / (p + ".ipynb")).exists()]
 def test_download_button_gives_the_student_notebook(nosol_url, nosol_browser, page, tmp_path):
     context = nosol_browser.new_context(viewport={"width": 1280, "height": 900})
     try:
-        pg = context.new_page()
-        pg.goto(f"{nosol_url}/{page}.html", wait_until="domcontentloaded")
-        pg.locator(".dropdown-download-buttons > button").click()
-        link = pg.locator(".dropdown-download-buttons a", has_text=".ipynb")
-        link.wait_for(state="visible", timeout=5000)
-        # The link opens in a new tab (target=_blank); fetch what it points at.
-        response = context.request.get(link.evaluate("a => a.href"))
-        assert response.ok, f"{page}: the download button's link gives HTTP {response.status}"
-        target = tmp_path / "download.ipynb"
-        target.write_bytes(response.body())
-        downloaded = nbformat.read(target, as_version=4)
+        pg, downloaded = download_notebook(context, f"{nosol_url}/{page}.html",
+                                           tmp_path / "download.ipynb")
         full = nbformat.read(ROOT / (page + ".ipynb"), as_version=4)
         assert leaks(downloaded, full) == [], f"{page}: the download button hands out solutions"
         outputs = [c for c in downloaded.cells if c.cell_type == "code" and c.outputs]
