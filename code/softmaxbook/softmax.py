@@ -38,9 +38,14 @@ seen over thousands of Gaussian rows at spreads 1 to 30, not proofs):
   ``torch.log_softmax`` returns 0 (an error of ~1e7 ulp). For very long rows (32000 categories)
   the sum of the exponentials drifts in float32: up to ~120 ulp on log-probabilities close to 0
   (PyTorch's fused kernel: ~350);
-* ``softmax``: every probability within ``4 + |x_i - max|`` ulp (largest seen 3.4 + that; about
-  8 ulp for probabilities above 1e-3): the float32 rounding of ``x_i - max`` is magnified by
-  ``exp``, which is how every float32 softmax behaves on small probabilities;
+* ``softmax``: every probability within ``8 + |x_i - max| + n / 250`` ulp for slices of ``n``
+  categories (largest seen over 2048 rows: 11.7 + ``|x_i - max|`` at n = 1000, 108 + that at
+  32000): the float32 rounding of ``x_i - max`` is magnified by ``exp``, which is how every
+  float32 softmax behaves on small probabilities, and PyTorch's fused kernel sums the
+  exponentials in float32 vector lanes, whose drift grows with ``n`` and is passed on to every
+  probability of the slice (the same bits as ``torch.softmax``). Dividing by a pairwise sum of
+  the output would remove the drift (4 + ``|x_i - max|`` ulp) but costs a third of the kernel's
+  time; the default is PyTorch's speed, ``exact=True`` gives 1 ulp;
 * ``exact=True``: every entry within 1 ulp (float64 inside; several times slower).
 
 Two cases where the textbook "shift by the maximum" formula is *not* enough are repaired: the
@@ -53,16 +58,20 @@ How it is fast
 --------------
 PyTorch's fused kernels (``torch.softmax``, ``torch.log_softmax``, ``torch.logsumexp``) already
 shift by the maximum and are hard to beat. Each function here calls the fused kernel first, then
-does one cheap reduction over its output to find (a) slices that were invalid or entirely
-``-inf`` (they come back as NaN) and (b) slices where the kernel's formula is known to lose
-relative accuracy. Only those slices are recomputed with the exact algorithm (:func:`_exact`),
-in float64; for a near-certain log-softmax slice only its top entry is, by the leaner
-:func:`_repair_top` (most slices of a trained classifier are near-certain). That repair needs
-the float64 ``exp`` of every entry of the slice, which costs about twice PyTorch's whole
-float32 log-softmax: near-certain slices are the one case where exactness costs time (3 to 5
+finds, as cheaply as it can, (a) slices that were invalid or entirely ``-inf`` (they come back as
+NaN: ``softmax`` reads one entry per slice, see :func:`_invalid_slices`) and (b) slices where the
+kernel's formula is known to lose relative accuracy (``log_softmax``: one maximum over its
+output; ``logsumexp``: the maximum of ``x`` only for the slices whose result lies where the final
+addition can cancel). Only those slices are recomputed with the exact algorithm
+(:func:`_exact`), in float64; for a near-certain log-softmax slice only its top entry is, by the
+leaner :func:`_repair_top` (most slices of a trained classifier are near-certain). That repair
+needs the float64 ``exp`` of every entry of the slice, which costs about twice PyTorch's whole
+float32 log-softmax: near-certain slices are the one case where exactness costs time (2 to 3
 times PyTorch's). A temperature ``T`` is applied as ``(x - max) / T`` (one rounding), or, for
-``T = 2^k``, as one exact multiplication by ``2^-k`` (see :func:`_scaled`). The benchmark
-``benchmarks/bench_softmax.py`` reports the cost.
+``T = 2^k``, as one exact multiplication by ``2^-k`` (see :func:`_scaled`); either way into a
+tensor of our own, which the kernel then overwrites with its result: one fresh tensor where
+``torch.softmax(x / T)`` makes two, and fresh memory is much of the cost of these kernels. The
+benchmark ``benchmarks/bench_softmax.py`` reports the cost.
 
 References: Blanchard, Higham & Higham (2021), "Accurately computing the log-sum-exp and
 softmax functions", IMA J. Numer. Anal. 41(4) :cite:`blanchard2021`; Bridle (1990) for the
@@ -404,8 +413,10 @@ def _repair_top(x: torch.Tensor, out: torch.Tensor, dim: int, rows: torch.Tensor
 # Forward computations (no autograd): fast fused kernel + targeted repair
 # --------------------------------------------------------------------------------------------
 
-def _scaled(x: torch.Tensor, dim: int, temperature: float) -> torch.Tensor:
-    """The logits divided by the temperature, for the fused kernels, which shift by the maximum.
+def _scaled(x: torch.Tensor, dim: int, temperature: float) -> tuple[torch.Tensor, bool]:
+    """The logits divided by the temperature, for the fused kernels, which shift by the maximum;
+    and whether the result is a fresh tensor of our own (the kernel may then write its output
+    into it, in place: one fresh output fewer to fault into memory than ``softmax(x / T)``).
 
     In general ``(x - max) / T``: dividing after the shift (see :func:`_exact`) rounds once,
     where ``x / T - max / T`` would round each large logit first and lose its low bits. The
@@ -422,40 +433,53 @@ def _scaled(x: torch.Tensor, dim: int, temperature: float) -> torch.Tensor:
     as an invalid one would be.)
     """
     if temperature == 1.0:
-        return x
+        return x, False
     mantissa, exponent = math.frexp(temperature)
     if mantissa == 0.5 and -100 <= exponent <= 100:  # 2^-k is exact in every float dtype
-        return x * (1.0 / temperature)
+        return x * (1.0 / temperature), True
     m = x.amax(dim=dim, keepdim=True)
     m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-    return (x - m).div_(temperature)
+    return (x - m).div_(temperature), True
+
+
+def _invalid_slices(out: torch.Tensor, dim: int) -> torch.Tensor:
+    """The slices (shape of ``out`` without ``dim``) where the fused kernel returned NaN.
+
+    One entry per slice is enough: a slice with a NaN or ``+inf`` logit has a NaN or ``+inf``
+    maximum, and one that is entirely ``-inf`` the maximum ``-inf``; either way ``x - max`` is
+    NaN in some entry, so the sum of the exponentials is NaN and so is every entry of the
+    slice's softmax and log-softmax (``x - max - log(sum)``). A finite slice has no NaN at all.
+    ``tests/test_softmax.py`` checks this of PyTorch's kernels (every position of the bad
+    value, short and long slices, last and other dims), which is what makes it safe to rely on:
+    one strided read instead of a reduction over the whole output."""
+    return torch.isnan(out.select(dim, 0))
 
 
 def _softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
                      exact: bool = False) -> torch.Tensor:
-    p = torch.softmax(_scaled(x, dim, temperature), dim=dim)
+    y, own = _scaled(x, dim, temperature)
+    p = torch.softmax(y, dim=dim, out=y) if own else torch.softmax(y, dim=dim)
     if x.numel() == 0:
         return p
-    # The fused kernel sums the exponentials one vector lane at a time; for long rows that sum
-    # drifts by tens of ulp. Dividing by the (pairwise-summed) total of its own output repairs
-    # the common factor. The same reduction finds the invalid slices: they come back as NaN.
-    total = p.sum(dim=dim, keepdim=True)
-    nan_rows = torch.isnan(total)
+    # No renormalisation: dividing by the sum of the output would repair the fused kernel's
+    # float32 row-sum drift on long rows (about 100 ulp at 32000 classes) but costs two more
+    # passes over the whole output, a third of PyTorch's time (issue 25 chose PyTorch's speed;
+    # exact=True gives 1 ulp). The module notes state the bound.
+    nan_rows = _invalid_slices(p, dim)
     invalid = bool(nan_rows.any())
     if invalid:
         _raise_for_bad_values(x, func)  # raises for NaN/+inf input; else they are all -inf
-        total = torch.where(nan_rows, torch.ones_like(total), total)
-    p.div_(total)
     if exact or invalid:
         # All -inf slices (and every slice if exact=True) are recomputed exactly.
         rows = torch.ones_like(nan_rows) if exact else nan_rows
-        _repair(x, p, dim, rows.squeeze(dim), "softmax", temperature)
+        _repair(x, p, dim, rows, "softmax", temperature)
     return p
 
 
 def _log_softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
                          exact: bool = False) -> torch.Tensor:
-    ls = torch.log_softmax(_scaled(x, dim, temperature), dim=dim)
+    y, own = _scaled(x, dim, temperature)
+    ls = torch.log_softmax(y, dim=dim, out=y) if own else torch.log_softmax(y, dim=dim)
     if x.numel() == 0:
         return ls
     top = ls.amax(dim=dim)
@@ -489,10 +513,24 @@ def _logsumexp_forward(x: torch.Tensor, dim: int, func: str, exact: bool = False
     # (2) cancellation between m < 0 and log(s) > 0, e.g. m = -10, log s = 10.3.
     # Condition number of the final addition: (|m| + |log s|) / |lse|. Repair when it exceeds 2
     # or when |lse| < 1. The all -inf slices are already right (-inf) and are left alone.
-    m = x.amax(dim=dim)
+    # The maximum m costs a pass over x, and most slices do not need it: m lies in
+    # [lse - log n, lse], so for lse >= max(1, log n) m >= 0 and the condition number is 1,
+    # and for lse <= -max(1, 2 log n) it is at most (|lse| + 2 log n) / |lse| <= 2. Only the
+    # slices between (widened by 0.1 %, for the rounding of lse) get their maximum.
     finite = torch.isfinite(lse)
-    cond = (m.abs() + (lse - m).abs()) > 2.0 * lse.abs()
-    rows = finite & ((lse.abs() < 1.0) | cond)
+    log_n = math.log(x.shape[dim])
+    hi, lo = max(1.0, log_n) * 1.001 + 1e-3, -max(1.0, 2.0 * log_n) * 1.001 - 1e-3
+    near = finite & (lse < hi) & (lse > lo)
+    if bool(near.all()) or exact:
+        m = x.amax(dim=dim)
+        rows = finite & ((lse.abs() < 1.0) | (m.abs() + (lse - m).abs() > 2.0 * lse.abs()))
+    elif bool(near.any()):
+        ln = lse[near]
+        m = x.movedim(dim, -1)[near].amax(dim=-1)
+        rows = torch.zeros_like(near)
+        rows[near] = (ln.abs() < 1.0) | (m.abs() + (ln - m).abs() > 2.0 * ln.abs())
+    else:
+        rows = near  # all False
     if exact:
         rows = torch.ones_like(rows)
     if bool(rows.any()):
