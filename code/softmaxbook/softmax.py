@@ -279,21 +279,26 @@ def _bool_arg(value, name: str, func: str) -> bool:
 # The exact algorithm, applied to the slices the fast path cannot be trusted with
 # --------------------------------------------------------------------------------------------
 
-def _exact(rows: torch.Tensor, temperature: float = 1.0):
+def _exact(rows: torch.Tensor, temperature: float = 1.0, *, need_e: bool = False):
     """Exact shifted log-sum-exp of each row of a 2-D tensor ``rows`` (categories last).
 
-    Returns ``(shift, d, s, k)``, the first three in the exact dtype (float64 on CPU/CUDA), such that
+    Returns ``(shift, d, s, e)``, in the exact dtype (float64 on CPU/CUDA), such that
 
     * ``logsumexp(rows / T) = shift + log1p(s)``,
     * ``log_softmax(rows / T) = d - log1p(s)``,
-    * ``softmax(rows / T) = exp(d) / (1 + s)``.
+    * ``softmax(rows / T) = e / (1 + s)``, ``e = exp(d)`` (only with ``need_e``; else None).
 
-    ``d = (rows - max) / T``, ``k`` the index of one maximal entry, and ``s`` is the sum of ``exp(d)`` over every entry *except* one
+    ``d = (rows - max) / T``, and ``s`` is the sum of ``exp(d)`` over every entry *except* one
     maximal entry (Blanchard, Higham & Higham 2021, Algorithm 2). For a row that is entirely
-    ``-inf``: ``shift = -inf``, ``d = -inf``, ``s = 0``, which gives exactly the conventions above.
+    ``-inf``: ``shift = -inf``, ``d = -inf``, ``s = 0``, ``e = 0``, which gives exactly the
+    conventions above. ``d`` is a fresh tensor (the caller may overwrite it).
     """
-    r = rows.to(_exact_dtype(rows.device))
-    m, k = r.max(dim=-1, keepdim=True)
+    # the copy is d: every later step works in place on it
+    d = rows.to(_exact_dtype(rows.device), copy=True)
+    # the maximum is exact in any dtype; the index of one maximal entry says which term to
+    # leave out. Read from the working dtype (half the bytes of float64).
+    m, k = rows.max(dim=-1, keepdim=True)
+    m = m.to(d.dtype)
     # An all -inf row has max -inf; shifting by it would give -inf - (-inf) = NaN. Shift such
     # rows by 0 instead: d stays -inf, every exp(d) is 0 and s = 0.
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
@@ -301,17 +306,21 @@ def _exact(rows: torch.Tensor, temperature: float = 1.0):
     # significands and the exponent range is far from float64's limits); dividing by T after the
     # shift, not before, keeps large logits from losing their low bits (x/T - max(x)/T would
     # round each term separately).
-    d = r - m_safe
+    d.sub_(m_safe)
     if temperature != 1.0:
-        d = d.div_(temperature)
+        d.div_(temperature)
     e = d.exp()
     # The maximal entry contributes exp(0) = 1 exactly. Leaving it out of the sum and adding it
     # back with log1p keeps the digits of s when s is tiny (a near-certain class): log(1 + s)
     # would round 1 + s to 1 and return 0. (Blanchard et al. 2021, eq. (3.3).)
-    e.scatter_(-1, k, 0.0)
-    s = e.sum(dim=-1, keepdim=True)
+    top = e.gather(-1, k)  # 1, or 0 for an all -inf row
+    s = e.scatter_(-1, k, 0.0).sum(dim=-1, keepdim=True)
     shift = m / temperature  # -inf for an all -inf row: logsumexp = -inf + log1p(0) = -inf
-    return shift, d, s, k
+    if need_e:
+        e.scatter_(-1, k, top)
+    else:
+        e = None
+    return shift, d, s, e
 
 
 def _repair(x: torch.Tensor, out: torch.Tensor, dim: int, rows: torch.Tensor, kind: str,
@@ -321,24 +330,46 @@ def _repair(x: torch.Tensor, out: torch.Tensor, dim: int, rows: torch.Tensor, ki
 
     ``kind`` is ``"softmax"`` or ``"log_softmax"`` -- for these ``out`` has the shape of ``x`` --
     or ``"logsumexp"`` (``out`` has the shape of ``rows``). Works in chunks of about 4M entries so
-    that the float64 temporaries stay small even when every slice is repaired.
+    that the float64 temporaries stay small even when every slice is repaired. Slices of a
+    contiguous tensor are read whole (as slices when all are selected, by ``index_select``
+    otherwise) and written back the same way: advanced indexing copies entry by entry, several
+    times slower (``exact=True`` repairs every slice).
     """
     xv = x.movedim(dim, -1)  # views: writing into ov writes into out
     ov = out if kind == "logsumexp" else out.movedim(dim, -1)
     if xv.dim() == 1:  # a single slice: give it a batch dimension of size 1
         xv, ov, rows = xv.unsqueeze(0), ov.unsqueeze(0), rows.reshape(1)
-    idx = rows.nonzero(as_tuple=True)
-    count = idx[0].numel()
-    chunk = max(1, (1 << 22) // xv.shape[-1])
-    for start in range(0, count, chunk):
-        sel = tuple(i[start:start + chunk] for i in idx)
-        shift, d, s, k = _exact(xv[sel], temperature)
-        if kind == "softmax":
-            ov[sel] = (d.exp() / (1.0 + s)).to(ov.dtype)
-        elif kind == "log_softmax":
-            ov[sel] = (d - torch.log1p(s)).to(ov.dtype)
+    n = xv.shape[-1]
+    if xv.dim() > 2 and xv.is_contiguous() and ov.is_contiguous():
+        xv, rows = xv.reshape(-1, n), rows.reshape(-1)
+        ov = ov.reshape(-1) if kind == "logsumexp" else ov.reshape(-1, n)
+    chunk = max(1, (1 << 22) // n)
+    if xv.dim() == 2 and bool(rows.all()):
+        sels = [slice(a, a + chunk) for a in range(0, xv.shape[0], chunk)]
+    elif xv.dim() == 2:
+        idx = rows.nonzero().squeeze(-1)
+        sels = [idx[a:a + chunk] for a in range(0, idx.numel(), chunk)]
+    else:
+        idx = rows.nonzero(as_tuple=True)
+        sels = [tuple(i[a:a + chunk] for i in idx) for a in range(0, idx[0].numel(), chunk)]
+    for sel in sels:
+        if isinstance(sel, torch.Tensor):
+            xs = xv.index_select(0, sel)
         else:
-            ov[sel] = (shift + torch.log1p(s)).squeeze(-1).to(ov.dtype)
+            xs = xv[sel]
+        shift, d, s, e = _exact(xs, temperature, need_e=kind == "softmax")
+        if kind == "softmax":
+            res = e.div_(s.add_(1.0))
+        elif kind == "log_softmax":
+            res = d.sub_(torch.log1p(s))
+        else:
+            res = (shift + torch.log1p(s)).squeeze(-1)
+        if isinstance(sel, slice):
+            ov[sel].copy_(res)  # a view of out; copy_ rounds to its dtype
+        elif isinstance(sel, torch.Tensor):
+            ov.index_copy_(0, sel, res.to(ov.dtype))
+        else:
+            ov[sel] = res.to(ov.dtype)
 
 
 _TOP_BLOCK = 1 << 22  # entries per block of _repair_top
@@ -455,8 +486,30 @@ def _invalid_slices(out: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.isnan(out.select(dim, 0))
 
 
+def _exact_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
+                   kind: str) -> torch.Tensor:
+    """``exact=True``: every slice by the float64 algorithm, without the fused kernel first (its
+    result would be overwritten). A NaN or ``+inf`` logit makes its whole slice NaN here too
+    (the maximum is NaN or ``+inf``), so one entry per slice finds them afterwards."""
+    if kind == "logsumexp":
+        out = torch.empty(x.shape[:dim] + x.shape[dim + 1:], dtype=x.dtype, device=x.device)
+    else:
+        out = torch.empty_like(x)
+    if x.numel() == 0:
+        return out.fill_(-math.inf) if kind == "logsumexp" else out
+    rows = torch.ones(out.shape if kind == "logsumexp" else out.select(dim, 0).shape,
+                      dtype=torch.bool, device=x.device)
+    _repair(x, out, dim, rows, kind, temperature)
+    bad = torch.isnan(out) if kind == "logsumexp" else _invalid_slices(out, dim)
+    if bool(bad.any()):
+        _raise_for_bad_values(x, func)
+    return out
+
+
 def _softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
                      exact: bool = False) -> torch.Tensor:
+    if exact:
+        return _exact_forward(x, dim, temperature, func, "softmax")
     y, own = _scaled(x, dim, temperature)
     p = torch.softmax(y, dim=dim, out=y) if own else torch.softmax(y, dim=dim)
     if x.numel() == 0:
@@ -478,6 +531,8 @@ def _softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
 
 def _log_softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
                          exact: bool = False) -> torch.Tensor:
+    if exact:
+        return _exact_forward(x, dim, temperature, func, "log_softmax")
     y, own = _scaled(x, dim, temperature)
     ls = torch.log_softmax(y, dim=dim, out=y) if own else torch.log_softmax(y, dim=dim)
     if x.numel() == 0:
@@ -503,6 +558,8 @@ def _log_softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: st
 
 
 def _logsumexp_forward(x: torch.Tensor, dim: int, func: str, exact: bool = False) -> torch.Tensor:
+    if exact:
+        return _exact_forward(x, dim, 1.0, func, "logsumexp")
     lse = torch.logsumexp(x, dim=dim)
     if x.numel() == 0:
         return lse
