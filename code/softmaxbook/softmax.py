@@ -500,7 +500,9 @@ def _exact_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
     rows = torch.ones(out.shape if kind == "logsumexp" else out.select(dim, 0).shape,
                       dtype=torch.bool, device=x.device)
     _repair(x, out, dim, rows, kind, temperature)
-    bad = torch.isnan(out) if kind == "logsumexp" else _invalid_slices(out, dim)
+    # (a slice of one +inf logit gives logsumexp +inf: its s is an empty sum)
+    bad = (torch.isnan(out) | torch.isposinf(out)) if kind == "logsumexp" \
+        else _invalid_slices(out, dim)
     if bool(bad.any()):
         _raise_for_bad_values(x, func)
     return out
