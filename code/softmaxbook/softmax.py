@@ -489,8 +489,9 @@ def _invalid_slices(out: torch.Tensor, dim: int) -> torch.Tensor:
 def _exact_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
                    kind: str) -> torch.Tensor:
     """``exact=True``: every slice by the float64 algorithm, without the fused kernel first (its
-    result would be overwritten). A NaN or ``+inf`` logit makes its whole slice NaN here too
-    (the maximum is NaN or ``+inf``), so one entry per slice finds them afterwards."""
+    result would be overwritten). A NaN or ``+inf`` logit leaves a NaN in its slice's result
+    (not in every entry: ``x - max`` is ``-inf`` beside a ``+inf``), so one sum of the whole
+    result finds them afterwards (a valid result has no NaN and no ``+inf``)."""
     if kind == "logsumexp":
         out = torch.empty(x.shape[:dim] + x.shape[dim + 1:], dtype=x.dtype, device=x.device)
     else:
@@ -501,9 +502,8 @@ def _exact_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
                       dtype=torch.bool, device=x.device)
     _repair(x, out, dim, rows, kind, temperature)
     # (a slice of one +inf logit gives logsumexp +inf: its s is an empty sum)
-    bad = (torch.isnan(out) | torch.isposinf(out)) if kind == "logsumexp" \
-        else _invalid_slices(out, dim)
-    if bool(bad.any()):
+    total = out.sum()
+    if bool(torch.isnan(total) | torch.isposinf(total)):
         _raise_for_bad_values(x, func)
     return out
 
