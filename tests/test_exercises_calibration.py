@@ -13,7 +13,7 @@ from softmaxbook.calibration import expected_calibration_error as nb_ece
 from softmaxbook.calibration import fit_temperature as nb_fit_temperature
 from softmaxbook.calibration import kl_uniform as nb_kl_uniform
 from softmaxbook.calibration import ood_metrics as nb_ood_metrics
-from softmaxbook.exercises import ExerciseCheckFailed, check, registered
+from softmaxbook.exercises import ExerciseCheckFailed, check, registered, salted
 
 # The notebook's first cell imports expected_calibration_error, kl_uniform and ood_metrics:
 # names bound before the check runs (nb_*) must be caught too, not only imports inside the
@@ -336,6 +336,51 @@ def test_kl_accepts_right_answers_written_differently(answer):
 def test_kl_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("calibration-kl-uniform", answer)
+
+
+def float32_compute_kl(z):
+    # R4 review, finding 6: float32 arithmetic on float64 logits, returned as float64. It
+    # passed when every case was compared at float32's tolerance; on [[1e4 + 0.1, 1e4],
+    # [0.001, 0]] it is 0.8 % and 4.6 % off
+    return (-math.log(z.shape[1]) - torch.log_softmax(z.float(), -1).mean(-1)).to(z.dtype)
+
+
+@pytest.mark.parametrize("salt", [0, 12345, 777])
+def test_kl_rejects_float32_arithmetic_on_float64_logits(salt):
+    with salted(salt), pytest.raises(ExerciseCheckFailed,
+                                     match="(?s)for input logits.*computed in float32"):
+        check("calibration-kl-uniform", float32_compute_kl)
+
+
+def test_kl_float32_arithmetic_is_wrong_where_it_matters():
+    # the case the check added: the float32 answer is off by far more than any tolerance
+    z = torch.tensor([[1e4 + 0.1, 1e4], [0.001, 0.0]], dtype=torch.float64)
+    # two classes a gap d apart: KL(U || p) = log cosh(d / 2) = log1p(2 sinh(d / 4)^2)
+    gaps = (z[:, 0] - z[:, 1]).tolist()  # exact differences of the float64 logits
+    exact = torch.tensor([math.log1p(2 * math.sinh(d / 4) ** 2) for d in gaps],
+                         dtype=torch.float64)
+    # (the package cancels log 2 against log p: 1e-16 absolute, 1e-9 relative on row 1)
+    assert torch.allclose(nb_kl_uniform(z), exact, rtol=1e-12, atol=1e-15)
+    rel = ((float32_compute_kl(z) - exact) / exact).abs()
+    assert (rel > 5e-3).all(), rel
+    # and the new case is salted too: the salted variant has the same kind of logits
+    for salt in (0, 12345):
+        with salted(salt):
+            assert check("calibration-kl-uniform", right_kl)
+
+
+@pytest.mark.parametrize("salt", [12345, 777])
+@pytest.mark.parametrize("answer", [
+    right_kl,
+    lambda z: torch.logsumexp(z, -1) - z.mean(-1) - math.log(z.shape[-1]),
+    lambda z: torch.nn.functional.kl_div(
+        torch.log_softmax(z, 1), torch.full_like(z, 1 / z.shape[1]), reduction="none").sum(1),
+])
+def test_kl_accepts_right_answers_under_salt(answer, salt):
+    # float64 cases are compared at float64's precision, scaled by the logits' size: the
+    # log-sum-exp form cancels terms of size max |z| and must still pass
+    with salted(salt):
+        assert check("calibration-kl-uniform", answer)
 
 
 # --- calibration-fpr95 ------------------------------------------------------------------------

@@ -22,7 +22,8 @@ The ECE and the FPR may come back as a Python or NumPy number or a one-element t
 float dtype: they are compared to about 5 significant digits (RTOL), which float32 arithmetic
 meets, so the chapter's own ``.float()`` idiom is accepted; a failure message writes the two
 numbers with enough digits to differ and gives their difference. The KL exercise asks for a
-tensor in the dtype of the logits, and says so in its task.
+tensor in the dtype of the logits, computed in that dtype (float64 logits are compared at
+float64's precision, so float32 arithmetic on them is caught), and says so in its task.
 """
 
 from __future__ import annotations
@@ -233,12 +234,20 @@ def _check_kl_uniform(kl):
         ("huge logits [[800, -800], [0, 1000]]", torch.tensor([[800.0, -800.0],
                                                                [0.0, 1000.0]], **f64)),
         ("float32 logits [[100, -100, 0]]", torch.tensor([[100.0, -100.0, 0.0]])),
+        # differences float32 cannot hold: float32 arithmetic on these float64 logits is off
+        # by 0.8 % and 4.6 % (R4 review, finding 6)
+        ("logits [[1e4 + 0.1, 1e4], [0.001, 0]]",
+         torch.tensor([[1e4 + 0.1, 1e4], [0.001, 0.0]], **f64)),
     ]
     if check_salt():  # the grader's secret salt: huge random logits, float64 and float32
         g = check_generator(37)
         huge = 600 * torch.randn(3, 4, generator=g, **f64)
         cases.append((f"huge random logits {describe(huge)}", huge))
         cases.append((f"float32 logits {describe(huge[:1].float() / 6)}", huge[:1].float() / 6))
+        u = 0.5 + torch.rand(2, generator=g, **f64)
+        near = torch.tensor([[5e3 * (1 + u[0]) + 0.1 * u[1], 5e3 * (1 + u[0])],
+                             [1e-3 * u[1], 0.0]], **f64)
+        cases.append((f"logits {describe(near)}", near))
     own = {_cal.kl_uniform: "kl_uniform", _cal.confidence_loss: "confidence_loss"}
     for desc, logits in cases:
         passed = (logits.clone(),)
@@ -279,7 +288,22 @@ def _check_kl_uniform(kl):
         expect_close(got, expected, input_desc=desc, rtol=0, atol=float("inf"),
                      what="KL per row", hint=hint)  # shape, NaN and inf only
         g64, e64 = got.detach().double().cpu(), expected.double()
-        off = (g64 - e64).abs() > 1e-6 + 1e-6 * e64.abs()
+        if logits.dtype == torch.float64:
+            # float64 logits are compared at float64's precision: a few hundred rounding
+            # errors of the row's largest term (|z_k| or log K), so that a right answer in
+            # another form (logsumexp(z) - mean(z) - log K cancels terms of size max |z|)
+            # passes, and float32 arithmetic on float64 logits (R4 review) does not
+            scale = logits.abs().amax(1) + math.log(logits.shape[1])
+            tol = 1e-12 * e64.abs() + 256 * torch.finfo(torch.float64).eps * scale
+        else:
+            tol = 1e-6 + 1e-6 * e64.abs()
+        off = (g64 - e64).abs() > tol
+        if bool(off.any()) and logits.dtype == torch.float64:
+            low = _cal.kl_uniform(logits.float()).double()
+            if torch.allclose(g64, low, rtol=1e-5, atol=1e-6):
+                hint = ("your result matches the KL computed in float32: these logits are "
+                        "float64, and the KL must be computed in float64 (converting to "
+                        "float32 on the way and back loses the digits that matter here).")
         if bool(off.any()):
             i = int(off.nonzero()[0])
             e, g = _apart(float(e64[i]), float(g64[i]))
