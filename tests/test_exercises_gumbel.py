@@ -622,3 +622,23 @@ def test_max_location_message_does_not_hand_out_the_answer():
         check("gumbel-ex-max-of-gumbels", lambda mu, n: mu.clone())
     text = str(err.value)
     assert "log" not in text.split("Hint:")[0] and "0.693147" not in text and "3.80259" not in text
+
+
+# --- R4 review: the mocked uniforms respect uniform_'s bounds ------------------------------------
+def uniform_from_tiny_sampler(logits, generator, low=None, high=1.0):  # uniform_(tiny, 1)
+    low = torch.finfo(logits.dtype).tiny if low is None else low
+    u = torch.empty(logits.shape, dtype=logits.dtype).uniform_(low, high, generator=generator)
+    return (logits - torch.log(-torch.log(u))).argmax(-1)
+
+
+def test_max_sampler_accepts_uniform_from_tiny(capsys):
+    # uniform_(tiny, 1) never returns 0; the U = 0 mock filled 0 anyway and the check said
+    # "torch.rand returns 0 ... your sampler returned the impossible class 0"
+    assert check("gumbel-ex-max-sampler", uniform_from_tiny_sampler)
+    assert "correct" in capsys.readouterr().out
+
+
+def test_max_sampler_rejects_a_clamp_by_uniform_bounds():
+    with pytest.raises(ExerciseCheckFailed, match="class 1 never won"):
+        check("gumbel-ex-max-sampler",
+              lambda logits, g: uniform_from_tiny_sampler(logits, g, 1e-6, 1 - 1e-6))

@@ -58,6 +58,13 @@ def _package_samplers_forbidden():
         _gumbel._standard_gumbel = saved
 
 
+def _uniform_bounds(args, kwargs):
+    """``(from, to)`` of a ``Tensor.uniform_(from=0, to=1, *, generator=None)`` call."""
+    low = args[0] if len(args) > 0 else kwargs.get("from", 0.0)
+    high = args[1] if len(args) > 1 else kwargs.get("to", 1.0)
+    return float(low), float(high)
+
+
 def _call_sampler(sampler, logits, gen, desc):
     """Run the learner's sampler with every shortcut forbidden and torch's global generator
     watched (a sampler must draw only from its ``generator`` argument)."""
@@ -213,7 +220,9 @@ def _check_max_sampler(sampler):
         return torch.zeros_like(real_rand(*args, **kwargs))
 
     def zero_uniform_(self, *args, **kwargs):
-        return self.zero_()
+        # U = 0 is uniform_(a, b)'s value a (R4 review: filling 0 whatever the bounds rejected
+        # the right uniform_(tiny, 1), which never returns 0)
+        return self.fill_(_uniform_bounds(args, kwargs)[0])
 
     desc = "logits = [-inf, 0] while torch.rand returns 0"
     lg = torch.tensor([-math.inf, 0.0], dtype=torch.float64).expand(8, 2).clone()
@@ -252,7 +261,8 @@ def _check_max_sampler(sampler):
 
     def extreme_uniform_(self, *args, **kwargs):
         drawn.append(True)
-        return self.copy_(extremes(self))
+        low, high = _uniform_bounds(args, kwargs)  # values in uniform_'s own [low, high)
+        return self.copy_(low + (high - low) * extremes(self))
 
     desc = ("logits = [0, -15] in 4 rows while torch.rand returns 1/2 for class 0 and its "
             "values next to 1 and next to 0 for class 1")
