@@ -642,3 +642,32 @@ def test_max_sampler_rejects_a_clamp_by_uniform_bounds():
     with pytest.raises(ExerciseCheckFailed, match="class 1 never won"):
         check("gumbel-ex-max-sampler",
               lambda logits, g: uniform_from_tiny_sampler(logits, g, 1e-6, 1 - 1e-6))
+
+
+# --- R4 review: the [0, -15] extreme-uniform test follows the layout of the draws ----------------
+def per_class_sampler(logits, generator, c=None):  # one column of uniforms per class
+    info = torch.finfo(logits.dtype)
+    lo, hi = (info.tiny, 1 - info.eps / 2) if c is None else (c, 1 - c)
+    u = torch.stack([torch.rand(logits.shape[:-1], dtype=logits.dtype, generator=generator)
+                     for _ in range(logits.shape[-1])], dim=-1).clamp(lo, hi)
+    return (logits - torch.log(-torch.log(u))).argmax(-1)
+
+
+def transposed_sampler(logits, generator):  # uniforms drawn (n, ..., rows), then transposed
+    info = torch.finfo(logits.dtype)
+    u = torch.rand(logits.shape[::-1], dtype=logits.dtype, generator=generator)
+    u = u.permute(*reversed(range(u.dim()))).clamp(info.tiny, 1 - info.eps / 2)
+    return (logits - torch.log(-torch.log(u))).argmax(-1)
+
+
+@pytest.mark.parametrize("answer", [per_class_sampler, transposed_sampler])
+def test_max_sampler_accepts_other_layouts_of_the_uniforms(answer, capsys):
+    # both were rejected as "your Gumbel noise stops short of its tail": the mock gave both
+    # classes the same uniforms, so class 0 always won
+    assert check("gumbel-ex-max-sampler", answer)
+    assert "correct" in capsys.readouterr().out
+
+
+def test_max_sampler_rejects_a_clamp_drawn_per_class():
+    with pytest.raises(ExerciseCheckFailed, match="class 1 never won"):
+        check("gumbel-ex-max-sampler", lambda logits, g: per_class_sampler(logits, g, c=1e-6))

@@ -244,29 +244,42 @@ def _check_max_sampler(sampler):
     # sends to +inf). Unclamped or clamped to [tiny, 1 - eps/2], class 1 wins one of them (its
     # G is 16.6 from float32 uniforms, 36.7 from float64 ones, above 15.37); a clamp at 1e-6
     # caps it at 13.8 and class 0 wins both. A sampler that draws no uniforms is not tested.
+    # The uniforms' layout: one draw of the logits' shape (or as many numbers, row-major), its
+    # transpose, or one draw per class of the rows' shape, class 0 first (R4 review: a sampler
+    # drawing a column per class got 0.5, far, 0.5, far in both classes, so class 0 always won
+    # and the check blamed the tails of a right sampler).
     drawn = []
+    rows, classes = 4, 2
 
     def extremes(u):
         if not u.is_floating_point():
             return u
-        i = torch.arange(u.numel())
         half = torch.finfo(u.dtype).eps / 2  # rand's grid step: 2^-24 (float32), 2^-53
-        far = torch.where((i // 2) % 2 == 0, torch.tensor(1 - half, dtype=torch.float64),
+        i = torch.arange(u.numel())
+        if u.numel() == rows:  # one draw per class: the class is the number of earlier draws
+            cls = torch.full_like(i, min(sum(1 for n in drawn if n == rows), classes) - 1)
+            row = i
+        elif tuple(u.shape) == (classes, rows):  # drawn transposed
+            cls, row = i // rows, i % rows
+        else:  # the logits' shape, row-major
+            cls, row = i % classes, i // classes
+        far = torch.where(row % 2 == 0, torch.tensor(1 - half, dtype=torch.float64),
                           torch.tensor(half, dtype=torch.float64))
-        return torch.where(i % 2 == 0, 0.5, far).to(u.dtype).reshape(u.shape)
+        return torch.where(cls == 0, 0.5, far).to(u.dtype).reshape(u.shape)
 
     def extreme_rand(*args, **kwargs):
-        drawn.append(True)
-        return extremes(real_rand(*args, **kwargs))
+        u = real_rand(*args, **kwargs)
+        drawn.append(u.numel())
+        return extremes(u)
 
     def extreme_uniform_(self, *args, **kwargs):
-        drawn.append(True)
+        drawn.append(self.numel())
         low, high = _uniform_bounds(args, kwargs)  # values in uniform_'s own [low, high)
         return self.copy_(low + (high - low) * extremes(self))
 
     desc = ("logits = [0, -15] in 4 rows while torch.rand returns 1/2 for class 0 and its "
             "values next to 1 and next to 0 for class 1")
-    lg = torch.tensor([0.0, -15.0], dtype=torch.float64).expand(4, 2).clone()
+    lg = torch.tensor([0.0, -15.0], dtype=torch.float64).expand(rows, classes).clone()
     with mock.patch.object(torch, "rand", extreme_rand), \
             mock.patch.object(torch.Tensor, "uniform_", extreme_uniform_):
         idx = _call_sampler(sampler, lg, check_generator(4), desc)
