@@ -671,3 +671,13 @@ def test_max_sampler_accepts_other_layouts_of_the_uniforms(answer, capsys):
 def test_max_sampler_rejects_a_clamp_drawn_per_class():
     with pytest.raises(ExerciseCheckFailed, match="class 1 never won"):
         check("gumbel-ex-max-sampler", lambda logits, g: per_class_sampler(logits, g, c=1e-6))
+
+
+def test_truncated_inverse_rejects_changing_u_in_place():
+    def in_place(u, loc, upper):  # right values, but the caller's u is overwritten
+        g = loc - u.log_().neg_().log_()
+        return -torch.logaddexp(-upper, -g)
+
+    # R4 review: it passed
+    with pytest.raises(ExerciseCheckFailed, match="changed its arguments in place"):
+        check("gumbel-ex-truncated-inverse", in_place)

@@ -336,7 +336,12 @@ def _check_truncated_inverse(inverse):
     }
     for name, u, loc, upper in cases:
         desc = f"u = {u.tolist()}, loc = {loc.tolist()}, upper = {upper.tolist()} ({name})"
-        got = call(inverse, u.clone(), loc.clone(), upper.clone(), input_desc=desc)
+        args = (u.clone(), loc.clone(), upper.clone())
+        got = call(inverse, *args, input_desc=desc)
+        # R4 review: an inverse that overwrote u (u.log_()) passed
+        expect_true(all(torch.equal(a, b) for a, b in zip(args, (u, loc, upper))),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute new tensors; do not use in-place methods such as log_ on u.")
         if isinstance(got, torch.Tensor) and got.is_floating_point() and got.dtype != u.dtype:
             expect_true(False, f"for input {desc} (float64) your result is {got.dtype}: it "
                         f"lost precision on the way.",
