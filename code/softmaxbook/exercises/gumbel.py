@@ -386,6 +386,10 @@ def _check_plackett_luce(log_prob):
         # number above about -1e12 (-1e4, -1e9, ...) stays in the second normaliser and swamps
         # them (R3 review: masks of -1000 and -1e4 passed); the answer is still log(1/2)
         (torch.tensor([0.0, -1e12, -1e12], **f64), [0, 1]),
+        # ... and 1e300 below (R4 review: masks of -1e13, -1e15 and -1e300 passed): now every
+        # finite mask from -1e300 up is caught; below it, exp makes a mask exact for every
+        # float64 logit the check passes
+        (torch.tensor([0.0, -1e300, -1e300], **f64), [0, 1]),
         # one factor of probability e^-800: log(1 + e^800), written log1p(exp(800)), overflows
         # to inf (R3 review: it passed, no factor was below e^-709)
         (torch.tensor([0.0, -800.0], **f64), [1]),
@@ -433,7 +437,8 @@ def _check_plackett_luce(log_prob):
             hint = ("this order has probability about e^-800: its factor is -log(1 + e^a) with "
                     "a = 800, and e^800 overflows float64 (above e^709) before the log is "
                     "taken. Use a function that computes log(1 + e^a) without forming e^a.")
-        if order == [0, 1] and logits[1] == -1e12 and isinstance(got, torch.Tensor) and \
+        if order == [0, 1] and float(logits[1]) in (-1e12, -1e300) and \
+                isinstance(got, torch.Tensor) and \
                 got.numel() == 1 and float(got) < -1.0:
             hint = ("the second factor should be log(1/2): two equally likely items remain. A "
                     "drawn item masked with a large but finite negative number is still in the "
