@@ -914,3 +914,13 @@ def test_estimators_under_torch_func():
         lambda a: torch.where(torch.isfinite(out), sbs_inclusion_log_probs(a, kappa), 0.0), lp)
     torch.testing.assert_close(torch.where(torch.isfinite(out), tangent, 0.0),
                                torch.einsum("ijkl,kl->ij", jac, t))
+
+
+def test_log_probs_above_zero_are_refused_by_the_estimator():
+    # R4 review: log_probs = [0.5, -2] gave a finite, wrong estimate; rounding (1e-7) is allowed.
+    # (sbs_inclusion_log_probs depends on phi - kappa only and takes any phi.)
+    from softmaxbook.beam import sbs_estimate
+    with pytest.raises(ValueError, match=r"argument 'log_probs' must hold log-probabilities"):
+        sbs_estimate(torch.ones(2), torch.tensor([0.5, -2.0]), torch.tensor(-3.0))
+    out = sbs_estimate(torch.ones(2), torch.tensor([1e-7, -2.0]), torch.tensor(-3.0))
+    assert torch.isfinite(out)

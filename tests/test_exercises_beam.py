@@ -445,3 +445,29 @@ def test_garden_path_messages_use_ordinals():
 
     with pytest.raises(ExerciseCheckFailed, match="the 1st and 2nd most probable"):
         check("beam-cold-ex", uniform_tree)
+
+
+# --- R4 review: answers that overwrite the caller's tensors ------------------------------------
+def test_estimator_rejects_changing_values_in_place():
+    def in_place(values, log_probs, kappa):  # right values, the caller's values overwritten
+        return values.mul_(torch.exp(log_probs - sbs_log_q(log_probs, kappa))).sum(-1)
+
+    with pytest.raises(ExerciseCheckFailed, match="changed its arguments in place"):
+        check("beam-estimator", in_place)
+
+
+def test_prefix_rejects_changing_the_prefixes_in_place():
+    def in_place(step_fn, prefixes):  # right values, then the caller's prefixes are zeroed
+        phi = right_prefix_log_prob(step_fn, prefixes)
+        prefixes.zero_()
+        return phi
+
+    with pytest.raises(ExerciseCheckFailed, match="changed the prefixes it was given"):
+        check("beam-prefix-logprob", in_place)
+
+
+def sbs_log_q(log_probs, kappa):
+    """log q = log(1 - exp(-exp(phi - kappa))), stable (as the chapter's solution)."""
+    a = log_probs - kappa.unsqueeze(-1)
+    x = torch.exp(a)
+    return torch.where(a < -20, a - x / 2, torch.log(-torch.expm1(-x)))

@@ -510,3 +510,38 @@ def test_bernoulli_float32_message_shows_the_error_not_equal_numbers():
     text = " ".join(str(err.value).split())
     assert "right to about 7 digits only" in text and "e-08 from one of the two values" in text
     assert "should take only the two values" not in text
+
+
+# --- R4 review: answers that overwrite the caller's tensors ------------------------------------
+def test_gaussian_kl_rejects_changing_logvar_in_place():
+    def in_place(mu, logvar):  # right values, but the caller's logvar becomes exp(logvar)
+        var = logvar.exp_()
+        return 0.5 * (var + mu**2 - 1 - var.log()).sum(-1)
+
+    with pytest.raises(ExerciseCheckFailed, match="changed its arguments in place"):
+        check("estimators-gaussian-kl", in_place)
+
+
+def test_bernoulli_score_rejects_changing_the_logit_in_place():
+    def in_place(f, logit, n, generator):  # right values, the caller's logit becomes p
+        p = logit.sigmoid_()
+        b = (torch.rand(n, generator=generator, dtype=p.dtype) < p).to(p.dtype)
+        return f(b) * (b - p)
+
+    with pytest.raises(ExerciseCheckFailed, match="changed the logit it was given in place"):
+        check("estimators-bernoulli-score", in_place)
+
+
+@pytest.mark.parametrize("salt", [11, 3, 12345])
+def test_laplace_float32_gradient_is_rejected_under_the_graders_salt(salt):
+    # R4 review: under salt 11 the float32 gradient passed (tolerance ~2e-5 on a sum of ~20000
+    # terms, the size of float32's rounding); now compared to 1e-10
+    from softmaxbook.exercises import salted
+
+    def sign_times_exponential(loc, scale, n, generator):  # sign from Python numbers: float32
+        e = -torch.log(torch.rand(n, generator=generator, dtype=loc.dtype).clamp_min(1e-300))
+        s = torch.where(torch.rand(n, generator=generator, dtype=loc.dtype) < 0.5, -1.0, 1.0)
+        return loc + scale * s * e
+
+    with salted(salt), pytest.raises(ExerciseCheckFailed, match="(?s)/d scale.*float32"):
+        check("estimators-laplace-sampler", sign_times_exponential)

@@ -523,9 +523,10 @@ def masked_with(value):
     return log_prob
 
 
-@pytest.mark.parametrize("value", [-1000.0, -1e4, -1e9])
+@pytest.mark.parametrize("value", [-1000.0, -1e4, -1e9, -1e13, -1e300])
 def test_plackett_luce_rejects_any_finite_mask(value):
     # R3 review: only a mask of -100 was caught ([0, -400, -400]); -1000 and -1e4 passed
+    # R4 review: -1e13 and -1e300 passed (no logit lay below -1e12)
     with pytest.raises(ExerciseCheckFailed,
                        match=r"(?s)order = \[0, 1\].*tensor\(-0.693147\).*finite negative"):
         check("gumbel-ex-plackett-luce", masked_with(value))
@@ -622,3 +623,62 @@ def test_max_location_message_does_not_hand_out_the_answer():
         check("gumbel-ex-max-of-gumbels", lambda mu, n: mu.clone())
     text = str(err.value)
     assert "log" not in text.split("Hint:")[0] and "0.693147" not in text and "3.80259" not in text
+
+
+# --- R4 review: the mocked uniforms respect uniform_'s bounds ------------------------------------
+def uniform_from_tiny_sampler(logits, generator, low=None, high=1.0):  # uniform_(tiny, 1)
+    low = torch.finfo(logits.dtype).tiny if low is None else low
+    u = torch.empty(logits.shape, dtype=logits.dtype).uniform_(low, high, generator=generator)
+    return (logits - torch.log(-torch.log(u))).argmax(-1)
+
+
+def test_max_sampler_accepts_uniform_from_tiny(capsys):
+    # uniform_(tiny, 1) never returns 0; the U = 0 mock filled 0 anyway and the check said
+    # "torch.rand returns 0 ... your sampler returned the impossible class 0"
+    assert check("gumbel-ex-max-sampler", uniform_from_tiny_sampler)
+    assert "correct" in capsys.readouterr().out
+
+
+def test_max_sampler_rejects_a_clamp_by_uniform_bounds():
+    with pytest.raises(ExerciseCheckFailed, match="class 1 never won"):
+        check("gumbel-ex-max-sampler",
+              lambda logits, g: uniform_from_tiny_sampler(logits, g, 1e-6, 1 - 1e-6))
+
+
+# --- R4 review: the [0, -15] extreme-uniform test follows the layout of the draws ----------------
+def per_class_sampler(logits, generator, c=None):  # one column of uniforms per class
+    info = torch.finfo(logits.dtype)
+    lo, hi = (info.tiny, 1 - info.eps / 2) if c is None else (c, 1 - c)
+    u = torch.stack([torch.rand(logits.shape[:-1], dtype=logits.dtype, generator=generator)
+                     for _ in range(logits.shape[-1])], dim=-1).clamp(lo, hi)
+    return (logits - torch.log(-torch.log(u))).argmax(-1)
+
+
+def transposed_sampler(logits, generator):  # uniforms drawn (n, ..., rows), then transposed
+    info = torch.finfo(logits.dtype)
+    u = torch.rand(logits.shape[::-1], dtype=logits.dtype, generator=generator)
+    u = u.permute(*reversed(range(u.dim()))).clamp(info.tiny, 1 - info.eps / 2)
+    return (logits - torch.log(-torch.log(u))).argmax(-1)
+
+
+@pytest.mark.parametrize("answer", [per_class_sampler, transposed_sampler])
+def test_max_sampler_accepts_other_layouts_of_the_uniforms(answer, capsys):
+    # both were rejected as "your Gumbel noise stops short of its tail": the mock gave both
+    # classes the same uniforms, so class 0 always won
+    assert check("gumbel-ex-max-sampler", answer)
+    assert "correct" in capsys.readouterr().out
+
+
+def test_max_sampler_rejects_a_clamp_drawn_per_class():
+    with pytest.raises(ExerciseCheckFailed, match="class 1 never won"):
+        check("gumbel-ex-max-sampler", lambda logits, g: per_class_sampler(logits, g, c=1e-6))
+
+
+def test_truncated_inverse_rejects_changing_u_in_place():
+    def in_place(u, loc, upper):  # right values, but the caller's u is overwritten
+        g = loc - u.log_().neg_().log_()
+        return -torch.logaddexp(-upper, -g)
+
+    # R4 review: it passed
+    with pytest.raises(ExerciseCheckFailed, match="changed its arguments in place"):
+        check("gumbel-ex-truncated-inverse", in_place)

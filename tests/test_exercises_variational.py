@@ -606,3 +606,32 @@ def test_maxent_rejects_changing_energies_in_place():
     with pytest.raises(ExerciseCheckFailed,
                        match=r"(?s)energies \[2, -1, 0.5, 4, 0\].*changed energies in place"):
         check("variational-maxent", in_place)
+
+
+# --- R4 review: a finite difference under torch.func.vmap, which the point recorder cannot read ---
+def vmap_five_point_residual(f, x, h=2e-3):
+    # the 5-point stencil written per point under vmap: within 1e-9 of the exact residual, and
+    # vmap's batched tensors hide the points x ± h from the recorder (R4 review: it passed)
+    def one(t):
+        d2 = (-f(t + 2 * h) + 16 * f(t + h) - 30 * f(t) + 16 * f(t - h) - f(t - 2 * h)) \
+            / (12 * h * h)
+        return 2 * f(t) - 2 * d2
+    return torch.func.vmap(one)(x)
+
+
+def test_residual_rejects_a_finite_difference_under_vmap():
+    with pytest.raises(ExerciseCheckFailed, match=r"(?s)residual.*finite difference"):
+        check("variational-residual", vmap_five_point_residual)
+
+
+def test_off_point_term_leaves_value_and_two_derivatives_at_the_points():
+    from softmaxbook.exercises.variational import _OFF_POINT_WEIGHT, _off_point_term
+    x = torch.linspace(-1.5, 1.5, 7, dtype=torch.float64)
+    t = x.clone().requires_grad_(True)
+    v = _off_point_term(t, x)
+    (d1,) = torch.autograd.grad(v.sum(), t, create_graph=True)
+    (d2,) = torch.autograd.grad(d1.sum(), t)
+    assert v.abs().max() == 0 and d1.abs().max() == 0 and d2.abs().max() == 0
+    h = 2e-3  # beside the points it is M |h|^3, which a stencil for f'' turns into about M h
+    want = torch.full_like(x, _OFF_POINT_WEIGHT * h ** 3)
+    assert torch.allclose(_off_point_term(x + h, x), want)

@@ -157,3 +157,31 @@ def test_iwae_above_elbo_estimate_from_the_same_draws(data):
     assert lw.shape == (50, 10)
     assert torch.allclose(iw, torch.logsumexp(lw, 0) - math.log(50))
     assert (iw >= lw.mean(0)).all()
+
+
+def test_binomial_log_prob_refuses_non_counts_and_handles_infinite_logits():
+    # R4 review: x = 2.5 got a finite "log-probability"; logits +-inf gave NaN
+    from softmaxbook.vae import binomial_log_prob
+    with pytest.raises(ValueError, match=r"argument 'x' must hold integer counts in \[0, 16\]"):
+        binomial_log_prob(torch.tensor([2.5]), torch.tensor([0.0]))
+    with pytest.raises(ValueError, match=r"argument 'x' must hold integer counts in \[0, 3\]"):
+        binomial_log_prob(torch.tensor([4.0]), torch.tensor([0.0]), total=3)
+    with pytest.raises(ValueError, match=r"argument 'logits' contains NaN"):
+        binomial_log_prob(torch.tensor([1.0]), torch.tensor([math.nan]))
+    x = torch.tensor([16.0, 3.0, 0.0, 3.0])
+    lp = binomial_log_prob(x, torch.tensor([math.inf, math.inf, -math.inf, -math.inf]))
+    assert lp.tolist() == [0.0, -math.inf, 0.0, -math.inf]
+    # finite logits: unchanged, a distribution over 0..16
+    k = torch.arange(17.0)
+    assert abs(binomial_log_prob(k, torch.full((17,), 0.3)).exp().sum().item() - 1) < 1e-6
+
+
+def test_encode_names_a_wrong_width_and_takes_float64_counts():
+    # R4 review: 63 columns and float64 data failed inside torch ("mat1 and mat2 ...")
+    from softmaxbook.vae import DigitsVAE
+    model = DigitsVAE(latent_dim=2, hidden=8, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"argument 'x' must have 64 columns"):
+        model.encode(torch.zeros(3, 63))
+    mu32, _ = model.encode(torch.ones(3, 64))
+    mu64, _ = model.encode(torch.ones(3, 64, dtype=torch.float64))
+    assert torch.equal(mu32, mu64)

@@ -865,6 +865,14 @@ def _inclusion_log_probs_work(log_probs, kappa):
     return torch.where(valid, logq, -math.inf)
 
 
+def _check_log_probabilities(x: torch.Tensor, name: str, func: str) -> None:
+    """Log-probabilities are <= 0. A little above 0 is rounding (a sum of per-step values that
+    are 0 to rounding); more is a mistake, which gave a finite, wrong estimate (R4 review)."""
+    if x.numel() and float(x.max()) > 1e-5:
+        raise ValueError(f"{func}: argument '{name}' must hold log-probabilities (<= 0), got a "
+                         f"largest value of {float(x.max()):.6g}")
+
+
 def _check_estimator_inputs(values, log_probs, kappa, func):
     # value checks look through torch.func's wrappers (vmap)
     check_no_nan, check_no_posinf = _on_plain(_validate.check_no_nan), \
@@ -926,6 +934,7 @@ def sbs_estimate(values: torch.Tensor, log_probs: torch.Tensor, kappa: torch.Ten
         raise TypeError(f"{func}: argument 'normalized' must be a bool, "
                         f"got {type(normalized).__name__}")
     values, log_probs, kappa = _check_estimator_inputs(values, log_probs, kappa, func)
+    _on_plain(_check_log_probabilities)(log_probs, "log_probs", func)
     dtype = torch.promote_types(values.dtype, log_probs.dtype)
     values, log_probs, kappa = _working(values), _working(log_probs), _working(kappa)
     log_w = log_probs - _inclusion_log_probs(log_probs, kappa)  # log p/q, finite where valid

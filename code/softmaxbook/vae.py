@@ -103,8 +103,22 @@ def binomial_log_prob(x: torch.Tensor, logits: torch.Tensor, total: int = MAX_CO
     x = as_float_tensor(x, "x", func)
     logits = as_float_tensor(logits, "logits", func)
     total = check_int(total, "total", func, minimum=1)
+    check_finite(x, "x", func)
+    if bool(((x < 0) | (x > total) | (x != x.round())).any()):
+        raise ValueError(f"{func}: argument 'x' must hold integer counts in [0, {total}] "
+                         "(argument 'total'), got a value outside")
+    if bool(torch.isnan(logits).any()):
+        raise ValueError(f"{func}: argument 'logits' contains NaN")
+    # l = +inf (p = 1) puts all mass on x = total, l = -inf on x = 0; the formula would give
+    # inf - inf there, so those entries are set apart (and the formula sees a finite l)
+    pos, neg = torch.isposinf(logits), torch.isneginf(logits)
+    l_fin = torch.where(pos | neg, torch.zeros_like(logits), logits)
     log_choose = (math.lgamma(total + 1) - torch.lgamma(x + 1) - torch.lgamma(total - x + 1))
-    return log_choose + x * logits - total * nn.functional.softplus(logits)
+    out = log_choose + x * l_fin - total * nn.functional.softplus(l_fin)
+    if bool((pos | neg).any()):
+        certain = torch.where(pos, x == total, x == 0)
+        out = torch.where(pos | neg, torch.where(certain, 0.0, -math.inf).to(out.dtype), out)
+    return out
 
 
 class DigitsVAE(nn.Module):
@@ -145,6 +159,11 @@ class DigitsVAE(nn.Module):
     def encode(self, x: torch.Tensor):
         """``(mu, logvar)`` of ``q(z | x)``, each ``(batch, latent_dim)``; ``x`` counts (batch, 64)."""
         x = _check_counts(x, "DigitsVAE.encode")
+        if x.dim() == 0 or x.shape[-1] != 64:
+            raise ValueError("DigitsVAE.encode: argument 'x' must have 64 columns (the 8 x 8 "
+                             f"pixels), got shape {tuple(x.shape)}")
+        # counts are small integers, exact in any float dtype: use the weights' dtype
+        x = x.to(self.encoder[0].weight.dtype)
         h = self.encoder(x / MAX_COUNT)
         mu, logvar = h.chunk(2, dim=-1)
         return mu, logvar

@@ -87,7 +87,12 @@ def _plain_step_fn(model):
 def _check_prefix_log_prob(prefix_log_prob):
     cases = _prefix_cases()
     for model, prefixes, desc in cases:
-        got = call(prefix_log_prob, _plain_step_fn(model), prefixes.clone(), input_desc=desc)
+        given = prefixes.clone()
+        got = call(prefix_log_prob, _plain_step_fn(model), given, input_desc=desc)
+        # R4 review: an answer that overwrote the caller's prefixes passed
+        expect_true(torch.equal(given, prefixes),
+                    f"for input {desc} your function changed the prefixes it was given in "
+                    f"place.", hint="read the prefixes; do not write into them.")
         expected = model.log_prob(prefixes)
         if isinstance(got, torch.Tensor) and got.shape == expected.shape and prefixes.shape[1]:
             expect_true(not torch.allclose(got.double(), model.conditionals(prefixes).exp().sum(0)),
@@ -181,11 +186,17 @@ def _check_estimator(sbs_estimator):
     cases = _estimator_cases()
     for values, log_probs, kappa, desc in cases:
         expected = sbs_estimate(values, log_probs, kappa)
+        args = (values.clone(), log_probs.clone(), kappa.clone())
         with _library_estimator_forbidden():
-            got = call(sbs_estimator, values.clone(), log_probs.clone(), kappa.clone(),
+            got = call(sbs_estimator, *args,
                        input_desc=f"{desc}: values = {describe(values)}, log_probs = "
                                   f"{describe(log_probs)}, kappa = {describe(kappa)}",
                        forbid_reason="Compute the inclusion probabilities yourself.")
+        # R4 review: an answer that overwrote values (values.mul_(weights)) passed
+        expect_true(all(torch.equal(a, b) for a, b in zip(args, (values, log_probs, kappa))),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute new tensors; do not use in-place methods such as mul_ on "
+                         "values.")
         if isinstance(got, torch.Tensor) and not torch.isfinite(got).all():
             expect_true(False, f"for input {desc} your estimate is {describe(got)}, not finite: "
                                "q = 1 - exp(-exp(phi - kappa)) rounds to 0 there.",

@@ -58,6 +58,13 @@ def _package_samplers_forbidden():
         _gumbel._standard_gumbel = saved
 
 
+def _uniform_bounds(args, kwargs):
+    """``(from, to)`` of a ``Tensor.uniform_(from=0, to=1, *, generator=None)`` call."""
+    low = args[0] if len(args) > 0 else kwargs.get("from", 0.0)
+    high = args[1] if len(args) > 1 else kwargs.get("to", 1.0)
+    return float(low), float(high)
+
+
 def _call_sampler(sampler, logits, gen, desc):
     """Run the learner's sampler with every shortcut forbidden and torch's global generator
     watched (a sampler must draw only from its ``generator`` argument)."""
@@ -213,7 +220,9 @@ def _check_max_sampler(sampler):
         return torch.zeros_like(real_rand(*args, **kwargs))
 
     def zero_uniform_(self, *args, **kwargs):
-        return self.zero_()
+        # U = 0 is uniform_(a, b)'s value a (R4 review: filling 0 whatever the bounds rejected
+        # the right uniform_(tiny, 1), which never returns 0)
+        return self.fill_(_uniform_bounds(args, kwargs)[0])
 
     desc = "logits = [-inf, 0] while torch.rand returns 0"
     lg = torch.tensor([-math.inf, 0.0], dtype=torch.float64).expand(8, 2).clone()
@@ -235,28 +244,42 @@ def _check_max_sampler(sampler):
     # sends to +inf). Unclamped or clamped to [tiny, 1 - eps/2], class 1 wins one of them (its
     # G is 16.6 from float32 uniforms, 36.7 from float64 ones, above 15.37); a clamp at 1e-6
     # caps it at 13.8 and class 0 wins both. A sampler that draws no uniforms is not tested.
+    # The uniforms' layout: one draw of the logits' shape (or as many numbers, row-major), its
+    # transpose, or one draw per class of the rows' shape, class 0 first (R4 review: a sampler
+    # drawing a column per class got 0.5, far, 0.5, far in both classes, so class 0 always won
+    # and the check blamed the tails of a right sampler).
     drawn = []
+    rows, classes = 4, 2
 
     def extremes(u):
         if not u.is_floating_point():
             return u
-        i = torch.arange(u.numel())
         half = torch.finfo(u.dtype).eps / 2  # rand's grid step: 2^-24 (float32), 2^-53
-        far = torch.where((i // 2) % 2 == 0, torch.tensor(1 - half, dtype=torch.float64),
+        i = torch.arange(u.numel())
+        if u.numel() == rows:  # one draw per class: the class is the number of earlier draws
+            cls = torch.full_like(i, min(sum(1 for n in drawn if n == rows), classes) - 1)
+            row = i
+        elif tuple(u.shape) == (classes, rows):  # drawn transposed
+            cls, row = i // rows, i % rows
+        else:  # the logits' shape, row-major
+            cls, row = i % classes, i // classes
+        far = torch.where(row % 2 == 0, torch.tensor(1 - half, dtype=torch.float64),
                           torch.tensor(half, dtype=torch.float64))
-        return torch.where(i % 2 == 0, 0.5, far).to(u.dtype).reshape(u.shape)
+        return torch.where(cls == 0, 0.5, far).to(u.dtype).reshape(u.shape)
 
     def extreme_rand(*args, **kwargs):
-        drawn.append(True)
-        return extremes(real_rand(*args, **kwargs))
+        u = real_rand(*args, **kwargs)
+        drawn.append(u.numel())
+        return extremes(u)
 
     def extreme_uniform_(self, *args, **kwargs):
-        drawn.append(True)
-        return self.copy_(extremes(self))
+        drawn.append(self.numel())
+        low, high = _uniform_bounds(args, kwargs)  # values in uniform_'s own [low, high)
+        return self.copy_(low + (high - low) * extremes(self))
 
     desc = ("logits = [0, -15] in 4 rows while torch.rand returns 1/2 for class 0 and its "
             "values next to 1 and next to 0 for class 1")
-    lg = torch.tensor([0.0, -15.0], dtype=torch.float64).expand(4, 2).clone()
+    lg = torch.tensor([0.0, -15.0], dtype=torch.float64).expand(rows, classes).clone()
     with mock.patch.object(torch, "rand", extreme_rand), \
             mock.patch.object(torch.Tensor, "uniform_", extreme_uniform_):
         idx = _call_sampler(sampler, lg, check_generator(4), desc)
@@ -313,7 +336,12 @@ def _check_truncated_inverse(inverse):
     }
     for name, u, loc, upper in cases:
         desc = f"u = {u.tolist()}, loc = {loc.tolist()}, upper = {upper.tolist()} ({name})"
-        got = call(inverse, u.clone(), loc.clone(), upper.clone(), input_desc=desc)
+        args = (u.clone(), loc.clone(), upper.clone())
+        got = call(inverse, *args, input_desc=desc)
+        # R4 review: an inverse that overwrote u (u.log_()) passed
+        expect_true(all(torch.equal(a, b) for a, b in zip(args, (u, loc, upper))),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute new tensors; do not use in-place methods such as log_ on u.")
         if isinstance(got, torch.Tensor) and got.is_floating_point() and got.dtype != u.dtype:
             expect_true(False, f"for input {desc} (float64) your result is {got.dtype}: it "
                         f"lost precision on the way.",
@@ -358,6 +386,10 @@ def _check_plackett_luce(log_prob):
         # number above about -1e12 (-1e4, -1e9, ...) stays in the second normaliser and swamps
         # them (R3 review: masks of -1000 and -1e4 passed); the answer is still log(1/2)
         (torch.tensor([0.0, -1e12, -1e12], **f64), [0, 1]),
+        # ... and 1e300 below (R4 review: masks of -1e13, -1e15 and -1e300 passed): now every
+        # finite mask from -1e300 up is caught; below it, exp makes a mask exact for every
+        # float64 logit the check passes
+        (torch.tensor([0.0, -1e300, -1e300], **f64), [0, 1]),
         # one factor of probability e^-800: log(1 + e^800), written log1p(exp(800)), overflows
         # to inf (R3 review: it passed, no factor was below e^-709)
         (torch.tensor([0.0, -800.0], **f64), [1]),
@@ -405,7 +437,8 @@ def _check_plackett_luce(log_prob):
             hint = ("this order has probability about e^-800: its factor is -log(1 + e^a) with "
                     "a = 800, and e^800 overflows float64 (above e^709) before the log is "
                     "taken. Use a function that computes log(1 + e^a) without forming e^a.")
-        if order == [0, 1] and logits[1] == -1e12 and isinstance(got, torch.Tensor) and \
+        if order == [0, 1] and float(logits[1]) in (-1e12, -1e300) and \
+                isinstance(got, torch.Tensor) and \
                 got.numel() == 1 and float(got) < -1.0:
             hint = ("the second factor should be log(1/2): two equally likely items remain. A "
                     "drawn item masked with a large but finite negative number is still in the "

@@ -52,13 +52,29 @@ def _expect_float64_tensor(got, arg, x, desc: str) -> None:
                 hint="compute in the dtype of x; float32 keeps only 7 of float64's 16 digits.")
 
 
+# Added to every evaluation of the learner's path: M |t - x_near|^3, with x_near the nearest of the
+# points x. It is 0, with f' and f'' also 0, at every point x, so an autograd answer sees the path
+# unchanged; an evaluation at x +- h gains M h^3, which any finite-difference stencil for f''
+# turns into about M h (|u|^3 is not a polynomial, so no stencil's weights cancel it). It catches
+# what the recorder cannot read: a stencil written under torch.func.vmap (R4 review: a 5-point
+# stencil there, h = 2e-3, passed within 1e-9).
+_OFF_POINT_WEIGHT = 1e6
+
+
+def _off_point_term(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    d = t.unsqueeze(-1) - x.reshape(-1).to(t.dtype)
+    nearest = d.detach().abs().argmin(-1, keepdim=True)
+    return _OFF_POINT_WEIGHT * torch.gather(d, -1, nearest).squeeze(-1).abs() ** 3
+
+
 def _recording_points(f, x: torch.Tensor, beside: list):
     """``f``, noting in ``beside`` the first value at which it is called that is not one of
     the points ``x``: an autograd answer evaluates the path at x only, a finite difference of
     any order (3-, 5-, 7-point stencils, Richardson extrapolation) at x ± h. A 5-point stencil
     for f'' with h = 2e-3 is within 1e-9 of the exact residual, so the comparison's tolerance
     alone cannot tell it from autograd (R3 review). Calls inside torch.func transforms
-    (vmap) cannot be read and are let through."""
+    (vmap) cannot be read and are let through; there ``_off_point_term``, added to the path's
+    values, makes a stencil's result wrong instead."""
     def recorded(t):
         if not beside and isinstance(t, torch.Tensor) and t.is_floating_point():
             try:
@@ -70,7 +86,10 @@ def _recording_points(f, x: torch.Tensor, beside: list):
                         beside.append(float(v[outside][0]))
             except Exception:  # a batched tensor under torch.func.vmap: not inspected
                 pass
-        return f(t)
+        value = f(t)
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 0:
+            value = value + _off_point_term(t, x).to(value.dtype)
+        return value
     return recorded
 
 
