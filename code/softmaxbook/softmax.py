@@ -790,8 +790,8 @@ def logsumexp(x: torch.Tensor, dim: int | tuple[int, ...] = -1, keepdim: bool = 
         Keep each reduced dimension as a dimension of size 1 in the result.
     exact : bool
         ``False`` (default): PyTorch's fused kernel, repaired where it fails (see the module
-        notes). ``True``: every slice by the exact algorithm in float64 (about 3-5 times
-        slower); use it for reference values.
+        notes). ``True``: every slice by the exact algorithm in float64 (2 to 4 times
+        PyTorch's time, measured); use it for reference values.
 
     Returns
     -------
@@ -839,8 +839,8 @@ def softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0, *,
         requires grad is refused: to learn ``T``, call ``softmax(x / T)``.
     exact : bool
         ``False`` (default): PyTorch's fused kernel, repaired where it fails (see the module
-        notes). ``True``: every slice by the exact algorithm in float64 (about 3-5 times
-        slower); use it for reference values.
+        notes). ``True``: every slice by the exact algorithm in float64 (2 to 4 times
+        PyTorch's time, measured); use it for reference values.
 
     Returns
     -------
@@ -883,8 +883,8 @@ def log_softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0, *,
         ``T > 0``, finite (see :func:`softmax`).
     exact : bool
         ``False`` (default): PyTorch's fused kernel, repaired where it fails (see the module
-        notes). ``True``: every slice by the exact algorithm in float64 (about 3-5 times
-        slower); use it for reference values.
+        notes). ``True``: every slice by the exact algorithm in float64 (2 to 4 times
+        PyTorch's time, measured); use it for reference values.
 
     Returns
     -------
