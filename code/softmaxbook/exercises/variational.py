@@ -64,7 +64,12 @@ _OFF_POINT_WEIGHT = 1e6
 def _off_point_term(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     d = t.unsqueeze(-1) - x.reshape(-1).to(t.dtype)
     nearest = d.detach().abs().argmin(-1, keepdim=True)
-    return _OFF_POINT_WEIGHT * torch.gather(d, -1, nearest).squeeze(-1).abs() ** 3
+    u = torch.gather(d, -1, nearest).squeeze(-1)
+    # |u|^3 as u^3 sign(u), the sign taken without a derivative: abs's second derivative goes
+    # through a Python decomposition that imports torch._dynamo, which reads os.getcwd() and
+    # failed in a grading sandbox whose working directory the notebook had deleted
+    # (tests/test_grade.py, "fay")
+    return _OFF_POINT_WEIGHT * (u * u * u * torch.sign(u.detach()))
 
 
 def _recording_points(f, x: torch.Tensor, beside: list):
