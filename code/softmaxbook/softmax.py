@@ -524,10 +524,8 @@ def _softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: str,
     invalid = bool(nan_rows.any())
     if invalid:
         _raise_for_bad_values(x, func)  # raises for NaN/+inf input; else they are all -inf
-    if exact or invalid:
-        # All -inf slices (and every slice if exact=True) are recomputed exactly.
-        rows = torch.ones_like(nan_rows) if exact else nan_rows
-        _repair(x, p, dim, rows, "softmax", temperature)
+    if invalid:  # the all -inf slices are recomputed exactly
+        _repair(x, p, dim, nan_rows, "softmax", temperature)
     return p
 
 
@@ -548,13 +546,12 @@ def _log_softmax_forward(x: torch.Tensor, dim: int, temperature: float, func: st
     # more than half of the mass (log p > -log 2), s < 2 and rounding 1 + tiny to float loses
     # the digits of log p for that class: torch gives log p = 0 for p = 1 - 1e-9. Those slices,
     # and the all -inf ones (NaN here), are recomputed exactly.
-    if exact or invalid:
-        rows = torch.ones_like(nan_rows) if exact else nan_rows
-        _repair(x, ls, dim, rows, "log_softmax", temperature)
+    if invalid:
+        _repair(x, ls, dim, nan_rows, "log_softmax", temperature)
     # In the near-certain slices only the top entry, -log(s), is wrong: d_j - log(s) is accurate
     # for the others (|d_j - log s| >= |d_j| and log s is accurate in absolute terms).
     rows = top > -_LN2  # False where top is NaN
-    if not exact and bool(rows.any()):
+    if bool(rows.any()):
         _repair_top(x, ls, dim, rows, temperature)
     return ls
 
@@ -580,7 +577,7 @@ def _logsumexp_forward(x: torch.Tensor, dim: int, func: str, exact: bool = False
     log_n = math.log(x.shape[dim])
     hi, lo = max(1.0, log_n) * 1.001 + 1e-3, -max(1.0, 2.0 * log_n) * 1.001 - 1e-3
     near = finite & (lse < hi) & (lse > lo)
-    if bool(near.all()) or exact:
+    if bool(near.all()):
         m = x.amax(dim=dim)
         rows = finite & ((lse.abs() < 1.0) | (m.abs() + (lse - m).abs() > 2.0 * lse.abs()))
     elif bool(near.any()):
@@ -590,8 +587,6 @@ def _logsumexp_forward(x: torch.Tensor, dim: int, func: str, exact: bool = False
         rows[near] = (ln.abs() < 1.0) | (m.abs() + (ln - m).abs() > 2.0 * ln.abs())
     else:
         rows = near  # all False
-    if exact:
-        rows = torch.ones_like(rows)
     if bool(rows.any()):
         _repair(x, lse, dim, rows, "logsumexp")
     return lse
