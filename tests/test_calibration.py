@@ -706,3 +706,63 @@ def test_ood_metrics_positive_out_auroc_depends_on_the_out_curve(monkeypatch):
     monkeypatch.setattr(cal, "_metrics_one_way", broken)
     assert cal.ood_metrics(si, so, positive="out")["auroc"] == 0.123
     assert cal.ood_metrics(si, so)["auroc"] != 0.123
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 25: the fast top label and the arithmetic bin index agree with what they replace
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_top_label_agrees_with_max_including_ties(dtype):
+    from softmaxbook.calibration import _top_label
+    g = torch.Generator().manual_seed(25)
+    for _ in range(300):
+        n = int(torch.randint(1, 40, (1,), generator=g))
+        k = int(torch.randint(2, 7, (1,), generator=g))
+        # integer weights 0..2: many rows with tied maxima, some with the label among them
+        q = torch.randint(0, 3, (n, k), generator=g).to(dtype)
+        q[q.sum(1) == 0, 0] = 1
+        probs = q / q.sum(1, keepdim=True)
+        labels = torch.randint(k, (n,), generator=g)
+        conf, correct = _top_label(probs, labels)
+        ref_conf, pred = probs.max(1)
+        assert torch.equal(conf, ref_conf)
+        assert torch.equal(correct, pred == labels), (probs, labels)
+    # a uniform row: the first class is the prediction, every other label is wrong
+    probs = torch.full((4, 4), 0.25, dtype=dtype)
+    assert _top_label(probs, torch.arange(4))[1].tolist() == [True, False, False, False]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n_bins", [1, 2, 3, 7, 10, 15, 20, 49, 100, 999, 4096])
+def test_width_index_equals_bucketize_at_and_beside_every_edge(dtype, n_bins):
+    from softmaxbook.calibration import _width_edges, _width_index
+    g = torch.Generator().manual_seed(n_bins)
+    edges = _width_edges(n_bins, dtype, "cpu").to(dtype)
+    up = torch.nextafter(edges, torch.tensor(2.0, dtype=dtype))
+    down = torch.nextafter(edges, torch.tensor(-1.0, dtype=dtype))
+    conf = torch.cat([edges, up, down, torch.rand(5000, generator=g, dtype=dtype),
+                      torch.tensor([0.0, 1.0], dtype=dtype)]).clamp(0, 1)
+    cut = edges.double()
+    ref = torch.bucketize(conf.double(), cut, right=False).sub_(1).clamp_(0, n_bins - 1)
+    assert torch.equal(_width_index(conf, cut, n_bins), ref)
+
+
+def test_width_index_edges_that_round_up_are_the_case_it_corrects():
+    # float32(m/M) > m/M for some edges: a confidence equal to such an edge belongs to the bin
+    # below; ceil(c M) - 1 alone would put it one bin up. The test above would miss a broken
+    # correction only if no edge rounded up: here several do.
+    from softmaxbook.calibration import _width_edges
+    e = _width_edges(15, torch.float64, "cpu")
+    assert int((e.float().double() > e).sum()) >= 3
+
+
+def test_ece_fast_paths_agree_with_the_slow_ones():
+    # float16 (bucketize kept) against float32 of the same values, and > 4096 bins
+    g = torch.Generator().manual_seed(3)
+    probs = torch.softmax(3 * torch.randn(2000, 10, generator=g), 1)
+    labels = torch.randint(10, (2000,), generator=g)
+    b32 = reliability_bins(probs, labels, 5000)
+    idx = torch.bucketize(probs.amax(1).double(), b32.edges.float().double()).sub(1)
+    ref = torch.bincount(idx.clamp(0, 4999), minlength=5000).double()
+    assert torch.equal(b32.count, ref)
+    assert expected_calibration_error(probs.half(), labels).dtype == torch.float16
