@@ -924,3 +924,43 @@ def test_log_probs_above_zero_are_refused_by_the_estimator():
         sbs_estimate(torch.ones(2), torch.tensor([0.5, -2.0]), torch.tensor(-3.0))
     out = sbs_estimate(torch.ones(2), torch.tensor([1e-7, -2.0]), torch.tensor(-3.0))
     assert torch.isfinite(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 25: the faster inner steps of stochastic beam search agree with what they replace
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_conditioned_children_equal_gumbel_with_max(dtype):
+    from softmaxbook.beam import _conditioned_children
+    from softmaxbook.gumbel import gumbel_with_max
+    g0 = torch.Generator().manual_seed(7)
+    loc = torch.log_softmax(3 * torch.randn(300, 50, generator=g0, dtype=dtype), -1)
+    loc[::7, 3:9] = -math.inf           # impossible children
+    loc[1::11, -1] = loc[1::11, 0]      # ties
+    loc[2::13] -= 200.0                 # children far below their parent's value
+    t = torch.randn(300, 1, generator=g0, dtype=dtype) + 1.0
+    fast = _conditioned_children(loc, t, gen(3))
+    ref = gumbel_with_max(loc, t, generator=gen(3))
+    assert torch.equal(fast == -math.inf, ref == -math.inf)
+    # the maximum of every row is the parent's value exactly
+    assert torch.equal(fast.amax(-1, keepdim=True), t)
+    ok = ref > -math.inf
+    # within a rounding of the O(1) arithmetic, as the docstring says
+    eps = torch.finfo(dtype).eps
+    err = (fast[ok] - ref[ok]).abs() / (1 + (t.expand_as(ref)[ok] - ref[ok]).abs())
+    assert float(err.max()) <= 8 * eps
+
+
+def test_topk_rows_equals_topk_and_keeps_indices_in_the_row():
+    from softmaxbook.beam import _topk_rows
+    g0 = torch.Generator().manual_seed(8)
+    for k, n in [(11, 650), (11, 352), (11, 703), (11, 704), (3, 100), (5, 10), (1, 40)]:
+        x = torch.randn(16, n, generator=g0)
+        v, i = _topk_rows(x, k)
+        rv, ri = x.topk(k, dim=1)
+        assert torch.equal(v, rv) and torch.equal(i, ri), (k, n)
+        # rows with fewer than k finite entries: -inf values, indices inside the row
+        x[:, 2:] = -math.inf
+        v, i = _topk_rows(x, k)
+        assert torch.equal(v, x.topk(k, dim=1).values)
+        assert int(i.max()) < n and torch.equal(x.gather(1, i), v)
