@@ -318,11 +318,15 @@ def _top_label(probs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
 
     ``max(1)`` with its indices costs ~3x ``amax(1)`` on CPU for short rows. Here the label is
     right where its probability equals the row's maximum, unless an earlier class ties it; the
-    tie is looked for only in those rows.
+    tie is looked for only in those rows, and only where the maximum is small enough to be
+    shared. The rows must sum to 1 within 1e-2 (as ``_check_probs`` ensures).
     """
     conf = probs.amax(1)
     hit = probs.gather(1, labels.unsqueeze(1)).squeeze(1) == conf
-    rows = hit.nonzero().squeeze(1)
+    # Two classes can share the maximum only where it is at most about 1/2: the rows sum to 1
+    # within 1e-2 (_check_probs' widest tolerance, float16), so a tie has 2 conf <= 1.01. A
+    # confident model's right answers mostly lie above that and skip the search for a tie.
+    rows = (hit & (conf <= 0.51)).nonzero().squeeze(1)
     if rows.numel():
         # rows where another class ties the label's (maximal) probability: the row's
         # maximum without the label (set to -1, below every probability) still reaches it
