@@ -9,6 +9,7 @@ has a twin that shows the same test rejecting a deliberately broken sampler.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 from pathlib import Path
 
@@ -964,3 +965,140 @@ def test_topk_rows_equals_topk_and_keeps_indices_in_the_row():
         v, i = _topk_rows(x, k)
         assert torch.equal(v, x.topk(k, dim=1).values)
         assert int(i.max()) < n and torch.equal(x.gather(1, i), v)
+
+
+# ------------------------------------------------------------------------------------------------
+# sbs_estimator_moments: exact bias and variance of the estimators (issue 27, chapter 8)
+# ------------------------------------------------------------------------------------------------
+def _toy_model():
+    from softmaxbook.beam import enumerate_sequences
+    m = Bigram(MODEL_A, dtype=torch.float64)
+    seqs = enumerate_sequences(m, 3, eos=0)  # 15 sequences (chapter 8's toy)
+    f = (seqs.tokens != PAD).sum(1).double() + 2.0 * (seqs.tokens[:, 0] == 1)
+    return m, seqs, f
+
+
+def test_moments_mass_one_and_unbiased_mean_exact():
+    from softmaxbook.beam import sbs_estimator_moments
+    _, seqs, f = _toy_model()
+    n = seqs.log_probs.numel()
+    for k in range(1, n + 1):
+        m = sbs_estimator_moments(seqs.log_probs, f, k)
+        assert abs(float(m.set_mass) - 1) < 1e-12, k
+        assert abs(float(m.mean - m.exact)) < 1e-12, k
+        assert float(m.variance_normalized) >= 0
+    # the normalised estimator is exactly unbiased at k = 1 (a Gumbel-max draw) and k = n
+    for k in (1, n):
+        m = sbs_estimator_moments(seqs.log_probs, f, k)
+        assert abs(float(m.mean_normalized - m.exact)) < 1e-12
+    assert math.isinf(float(sbs_estimator_moments(seqs.log_probs, f, 1).variance))
+    assert float(sbs_estimator_moments(seqs.log_probs, f, n).variance) == 0.0
+    # biased in between
+    assert abs(float(sbs_estimator_moments(seqs.log_probs, f, 3).mean_normalized
+                     - seqs.log_probs.exp() @ f)) > 1e-4
+
+
+def test_moments_equal_an_independent_quadrature_of_the_order_statistics():
+    # The function integrates the simplified density gumbel_pdf(t; φ_C) Π q_y(t). Here the
+    # joint density of (S, κ) is built from its definition, Σ_{z ∉ S} f_z(t) Π_{w ∉ S, w ≠ z}
+    # F_w(t) Π_{y ∈ S} (1 - F_y(t)), and integrated by scipy's adaptive quad.
+    from scipy.integrate import quad
+    from softmaxbook.beam import sbs_estimator_moments
+    g0 = torch.Generator().manual_seed(5)
+    phi = torch.log_softmax(2.5 * torch.randn(5, generator=g0, dtype=torch.float64), 0)
+    f = torch.randn(5, generator=g0, dtype=torch.float64) + 1
+    p, ph, fv = phi.exp().tolist(), phi.tolist(), f.tolist()
+    exact = sum(a * b for a, b in zip(p, fv))
+    F = lambda y, t: math.exp(-math.exp(ph[y] - t))  # noqa: E731
+    Q = lambda y, t: -math.expm1(-math.exp(ph[y] - t))  # noqa: E731  1 - F, no cancellation
+    dens = lambda y, t: math.exp(ph[y] - t) * F(y, t)  # noqa: E731
+    for k in (2, 3):
+        tot = {"m1": 0.0, "v": 0.0, "n1": 0.0, "vn": 0.0}
+        for S in itertools.combinations(range(5), k):
+            C = [z for z in range(5) if z not in S]
+
+            def joint(t):
+                out = 0.0
+                for z in C:
+                    term = dens(z, t)
+                    for w in C:
+                        if w != z:
+                            term *= F(w, t)
+                    out += term
+                for y in S:
+                    out *= Q(y, t)
+                return out
+
+            def est(t):
+                w = [p[y] / Q(y, t) for y in S]
+                a = sum(wi * fv[y] for wi, y in zip(w, S))
+                return a, a / sum(w)
+
+            for key, g in [("m1", lambda t: est(t)[0]), ("v", lambda t: (est(t)[0] - exact) ** 2),
+                           ("n1", lambda t: est(t)[1]), ("vn", lambda t: (est(t)[1] - exact) ** 2)]:
+                tot[key] += quad(lambda t: joint(t) * g(t), -20, 60, limit=400,
+                                 epsabs=1e-13, epsrel=1e-11)[0]
+        m = sbs_estimator_moments(phi, f, k)
+        assert float(m.mean) == pytest.approx(tot["m1"], abs=1e-9)
+        assert float(m.variance) == pytest.approx(tot["v"] - (tot["m1"] - exact) ** 2, abs=1e-8)
+        assert float(m.mean_normalized) == pytest.approx(tot["n1"], abs=1e-9)
+        assert float(m.variance_normalized) == pytest.approx(
+            tot["vn"] - (tot["n1"] - exact) ** 2, abs=1e-9)
+
+
+def test_moments_agree_with_many_searches():
+    from softmaxbook.beam import sbs_estimator_moments
+    model, seqs, f = _toy_model()
+    index = {tuple(r): i for i, r in enumerate(seqs.tokens.tolist())}
+    k, n_runs = 3, 40000
+    res = stochastic_beam_search(model, k, 3, eos=0, batch_size=n_runs, generator=gen(11))
+    rows = res.tokens.reshape(-1, res.tokens.shape[-1])
+    L = seqs.tokens.shape[1]
+    rows = torch.nn.functional.pad(rows, (0, L - rows.shape[1]), value=PAD)
+    fv = f[torch.tensor([index[tuple(r)] for r in rows.tolist()])].view(n_runs, k)
+    est_n = sbs_estimate(fv, res.log_probs, res.kappa, normalized=True)
+    m = sbs_estimator_moments(seqs.log_probs, f, k)
+    # the normalised estimate is bounded (a weighted mean of f), its mean over 40000 searches
+    # is normal to a good approximation: |z| < 5.5 fails with probability 4e-8
+    z = (float(est_n.mean()) - float(m.mean_normalized)) / (
+        float(est_n.std()) / math.sqrt(n_runs))
+    assert abs(z) < 5.5, z
+    # its variance: the sample variance of a bounded variable, relative error ~ 1 %
+    assert float(est_n.var()) == pytest.approx(float(m.variance_normalized), rel=0.06)
+    # the bias is several times that test's resolution: the test could tell it from 0
+    assert abs(float(m.mean_normalized - m.exact)) > 2 * float(est_n.std()) / math.sqrt(n_runs)
+
+
+def test_moments_converge_in_the_step():
+    from softmaxbook.beam import sbs_estimator_moments
+    _, seqs, f = _toy_model()
+    for k in (2, 5):
+        a = sbs_estimator_moments(seqs.log_probs, f, k)
+        b = sbs_estimator_moments(seqs.log_probs, f, k, step=0.1)
+        for x, y in zip(a, b):
+            assert abs(float(x - y)) < 1e-12
+
+
+def test_moments_bad_input():
+    from softmaxbook.beam import sbs_estimator_moments
+    lp = torch.log(torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64))
+    f = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="argument 'log_probs' must be 1-d"):
+        sbs_estimator_moments(lp.view(1, 3), f, 1)
+    with pytest.raises(ValueError, match="argument 'values' must have the shape"):
+        sbs_estimator_moments(lp, f[:2], 1)
+    with pytest.raises(ValueError, match="summing to 1"):
+        sbs_estimator_moments(lp - 1, f, 1)
+    with pytest.raises(ValueError, match="must be finite"):
+        sbs_estimator_moments(torch.tensor([0.0, -math.inf], dtype=torch.float64), f[:2], 1)
+    with pytest.raises(ValueError, match="argument 'values' must be finite"):
+        sbs_estimator_moments(lp, torch.tensor([1.0, math.inf, 0.0]), 1)
+    with pytest.raises(ValueError, match="argument 'k'"):
+        sbs_estimator_moments(lp, f, 0)
+    with pytest.raises(ValueError, match="argument 'step'"):
+        sbs_estimator_moments(lp, f, 1, step=0.0)
+    big = torch.log_softmax(torch.zeros(40, dtype=torch.float64), 0)
+    with pytest.raises(ValueError, match="too many"):
+        sbs_estimator_moments(big, torch.ones(40), 20)
+    with pytest.raises(TypeError, match="argument 'log_probs'"):
+        sbs_estimator_moments([0.0], f, 1)
