@@ -18,7 +18,8 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "book" / "08_beam.ipynb"
 
 
 def test_registered():
-    assert registered("beam") == ["beam-cold-ex", "beam-estimator", "beam-prefix-logprob"]
+    assert registered("beam") == ["beam-cold-ex", "beam-estimator", "beam-joint-density",
+                                  "beam-prefix-logprob"]
 
 
 def test_every_check_has_the_label_of_its_exercise():
@@ -471,3 +472,158 @@ def sbs_log_q(log_probs, kappa):
     a = log_probs - kappa.unsqueeze(-1)
     x = torch.exp(a)
     return torch.where(a < -20, a - x / 2, torch.log(-torch.expm1(-x)))
+
+
+# --- beam-joint-density ----------------------------------------------------------------------
+def _complement_lse(log_probs, sample):
+    inside = torch.zeros(log_probs.shape[0], dtype=torch.bool)
+    inside[sample] = True
+    return torch.logsumexp(log_probs[~inside], 0)
+
+
+def _log_q(a):
+    e = torch.exp(a)
+    return torch.where(a < -20, a - e / 2, torch.log(-torch.expm1(-e)))
+
+
+def right_density(log_probs, sample, t):
+    x = t - _complement_lse(log_probs, sample)
+    return -x - torch.exp(-x) + _log_q(log_probs[sample].unsqueeze(-1) - t).sum(0)
+
+
+def right_density_by_loops(log_probs, sample, t):
+    # written one point and one sequence at a time, log1mexp by its two branches
+    out = []
+    chosen = set(sample.tolist())
+    rest = [z for z in range(log_probs.shape[0]) if z not in chosen]
+    phi_c = float(torch.logsumexp(log_probs[rest], 0))
+    for tt in t.tolist():
+        total = -(tt - phi_c) - math.exp(-(tt - phi_c))
+        for y in sample.tolist():
+            a = float(log_probs[y]) - tt
+            x = math.exp(a)
+            if a < -30:
+                total += a - x / 2
+            elif x < math.log(2):
+                total += math.log(-math.expm1(-x))
+            else:
+                total += math.log1p(-math.exp(-x))
+        out.append(total)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def right_density_by_logaddexp_of_z(log_probs, sample, t):
+    # the sum over z kept (not collapsed), in logs: log sum_z e^{phi_z - t} F_z prod F_w
+    chosen = set(sample.tolist())
+    rest = torch.tensor([z for z in range(log_probs.shape[0]) if z not in chosen])
+    a_c = log_probs[rest].unsqueeze(-1) - t                   # [c, m]
+    log_f_all = -torch.exp(a_c).sum(0)                       # log prod_{w in C} F_w
+    log_sum_z = torch.logsumexp(a_c, 0)                      # log sum_z e^{phi_z - t}
+    return log_sum_z + log_f_all + _log_q(log_probs[sample].unsqueeze(-1) - t).sum(0)
+
+
+def no_sum_over_z(log_probs, sample, t):
+    # prod of the complement's CDFs only: P(all of C below t), not a density of kappa
+    x = t - _complement_lse(log_probs, sample)
+    return -torch.exp(-x) + _log_q(log_probs[sample].unsqueeze(-1) - t).sum(0)
+
+
+def phi_c_as_a_sum(log_probs, sample, t):
+    inside = torch.zeros(log_probs.shape[0], dtype=torch.bool)
+    inside[sample] = True
+    x = t - log_probs[~inside].sum()
+    return -x - torch.exp(-x) + _log_q(log_probs[sample].unsqueeze(-1) - t).sum(0)
+
+
+def cdf_instead_of_q(log_probs, sample, t):
+    x = t - _complement_lse(log_probs, sample)
+    return -x - torch.exp(-x) - torch.exp(log_probs[sample].unsqueeze(-1) - t).sum(0)
+
+
+def pdf_with_the_sign_flipped(log_probs, sample, t):
+    x = _complement_lse(log_probs, sample) - t
+    return -x - torch.exp(-x) + _log_q(log_probs[sample].unsqueeze(-1) - t).sum(0)
+
+
+def z_over_every_sequence(log_probs, sample, t):
+    # the maximum over all sequences (phi = 0) instead of over the complement
+    x = t - torch.logsumexp(log_probs, 0)
+    return -x - torch.exp(-x) + _log_q(log_probs[sample].unsqueeze(-1) - t).sum(0)
+
+
+def in_probability_space(log_probs, sample, t):
+    # right formula, logged at the end: log 0 = -inf where the density underflows
+    x = t - _complement_lse(log_probs, sample)
+    q = -torch.expm1(-torch.exp(log_probs[sample].unsqueeze(-1) - t))
+    return torch.log(torch.exp(-x - torch.exp(-x)) * q.prod(0))
+
+
+def naive_log_q(log_probs, sample, t):
+    x = t - _complement_lse(log_probs, sample)
+    q = 1 - torch.exp(-torch.exp(log_probs[sample].unsqueeze(-1) - t))
+    return -x - torch.exp(-x) + torch.log(q).sum(0)
+
+
+def ordered_sample(log_probs, sample, t):
+    return right_density(log_probs, sample, t) + math.lgamma(sample.numel() + 1)
+
+
+def complement_by_one_minus(log_probs, sample, t):
+    # 1 - sum over the sample: cancels when the sample holds nearly all the mass
+    phi_c = torch.log(1 - log_probs[sample].exp().sum())
+    x = t - phi_c
+    return -x - torch.exp(-x) + _log_q(log_probs[sample].unsqueeze(-1) - t).sum(0)
+
+
+def without_q(log_probs, sample, t):
+    x = t - _complement_lse(log_probs, sample)
+    return -x - torch.exp(-x)
+
+
+def density_not_log(log_probs, sample, t):
+    return right_density(log_probs, sample, t).exp()
+
+
+def q_ignores_phi(log_probs, sample, t):
+    x = t - _complement_lse(log_probs, sample)
+    return -x - torch.exp(-x) + sample.numel() * _log_q(-t)
+
+
+@pytest.mark.parametrize("answer", [right_density, right_density_by_loops,
+                                    right_density_by_logaddexp_of_z])
+def test_joint_density_accepts_right_answers(answer, capsys):
+    assert check("beam-joint-density", answer)
+    assert "correct on 6 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("answer", [
+    no_sum_over_z, phi_c_as_a_sum, cdf_instead_of_q, pdf_with_the_sign_flipped,
+    z_over_every_sequence, in_probability_space, naive_log_q, ordered_sample,
+    complement_by_one_minus, without_q, density_not_log, q_ignores_phi,
+])
+def test_joint_density_rejects_wrong_answers(answer):
+    with pytest.raises(ExerciseCheckFailed):
+        check("beam-joint-density", answer)
+
+
+def test_joint_density_rejects_changing_arguments_in_place():
+    def in_place(log_probs, sample, t):
+        out = right_density(log_probs, sample, t)
+        t.zero_()
+        return out
+
+    with pytest.raises(ExerciseCheckFailed, match="changed its arguments in place"):
+        check("beam-joint-density", in_place)
+
+
+def test_joint_density_integrates_to_the_sets_probabilities():
+    # the check's reference is a density: over t, and summed over the samples, it gives 1, and
+    # each sample's integral is its probability under sampling without replacement
+    from softmaxbook.beam import sets_without_replacement
+    from softmaxbook.exercises.beam import _reference_log_density
+    lp = torch.log_softmax(torch.tensor([1.0, 0.2, -0.5, 0.7, -1.5], dtype=torch.float64), 0)
+    subsets, probs = sets_without_replacement(lp.exp(), 2)
+    t = torch.arange(-12.0, 50.0, 0.05, dtype=torch.float64)
+    for s, pr in zip(subsets, probs):
+        mass = float(_reference_log_density(lp, s, t).exp().sum() * 0.05)
+        assert mass == pytest.approx(float(pr), abs=1e-10)

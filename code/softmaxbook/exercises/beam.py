@@ -6,6 +6,10 @@
 * ``beam-estimator``: ``sbs_estimator(values, log_probs, kappa)``, the unbiased estimator
   ``Σ p f / q`` with ``q = 1 − exp(−exp(φ − κ))``, stable where ``q`` is tiny and exact when
   ``κ = −inf``, without calling the library's ``sbs_estimate`` / ``sbs_inclusion_log_probs``.
+* ``beam-joint-density``: ``sample_log_density(log_probs, sample, t)``, the log of the joint
+  density of a search's sample ``S`` and its threshold ``κ`` at the points ``t``,
+  ``log gumbel_pdf(t; φ_C) + Σ_{y ∈ S} log q_t(y)`` (chapter 8, "Bias and variance, computed
+  exactly"), finite where the density itself underflows.
 * ``beam-cold-ex`` (a derivation's end result): ``garden_path(k)``, a two-step tree on which beam
   search of width ``k`` does not return the ``k`` most probable sequences (what the bottom-up
   process returns as ε → 0), for every ``k`` the check asks for.
@@ -299,3 +303,73 @@ def _check_garden_path(garden_path):
                          "more probability but continuations spread thin, and one it prunes a "
                          "single likely continuation; does your tree do so for every k?")
     return len(ks)
+
+
+# ---------------------------------------------------------------------------------------------
+# beam-joint-density: log P(S, kappa in dt) / dt
+# ---------------------------------------------------------------------------------------------
+def _reference_log_density(log_probs, sample, t):
+    phi = log_probs.double()
+    inside = torch.zeros(phi.shape[0], dtype=torch.bool)
+    inside[sample] = True
+    # the complement's log-mass from its own terms (1 - sum over the sample would cancel when
+    # the sample holds nearly all the mass)
+    phi_c = torch.logsumexp(phi[~inside], 0)
+    x = t.double() - phi_c
+    log_pdf = -x - torch.exp(-x)
+    a = phi[sample].unsqueeze(-1) - t.double()            # [k, m]: phi_y - t
+    e = torch.exp(a)
+    # log q = log(1 - exp(-e^a)): log(-expm1(-e)) for moderate e, a - e/2 once e is tiny
+    log_q = torch.where(a < -20, a - e / 2, torch.log(-torch.expm1(-e)))
+    return log_pdf + log_q.sum(0)
+
+
+def _density_cases():
+    f64 = torch.float64
+    g = check_generator(29)
+    five = torch.log_softmax(torch.tensor([1.0, 0.2, -0.5, 0.7, -1.5], dtype=f64), 0)
+    grid = torch.linspace(-3.0, 6.0, 10, dtype=f64)
+    # a sample holding all but ~1e-12 of the mass
+    heavy = torch.log(torch.tensor([0.6, 0.4 - 2e-12, 1e-12, 1e-12], dtype=f64))
+    cases = [
+        (five, torch.tensor([0, 3]), grid, "5 sequences, sample {0, 3}, t from -3 to 6"),
+        (five, torch.tensor([2]), grid, "k = 1, sample {2}"),
+        (five, torch.tensor([1, 2, 4]), torch.tensor([40.0, 60.0], dtype=f64),
+         "t = 40 and 60, far above every phi (q ~ e^-40: 1 - exp(-x) rounds to 0)"),
+        (five, torch.tensor([0, 1]), torch.tensor([-40.0, -12.0], dtype=f64),
+         "t = -40 and -12, far below (the density itself underflows to 0; its log is finite)"),
+        (heavy, torch.tensor([0, 1]), torch.tensor([-30.0, -27.6, -25.0], dtype=f64),
+         "a sample holding all but 2e-12 of the probability"),
+        (torch.log_softmax(3 * torch.randn(12, generator=g, dtype=f64), 0),
+         torch.randperm(12, generator=g)[:5], 4 * torch.randn(6, generator=g, dtype=f64),
+         "12 random sequences, a random sample of 5, random t"),
+    ]
+    return cases
+
+
+@exercise("beam-joint-density", "the joint density of the sample and kappa")
+def _check_joint_density(sample_log_density):
+    cases = _density_cases()
+    for log_probs, sample, t, desc in cases:
+        expected = _reference_log_density(log_probs, sample, t)
+        args = (log_probs.clone(), sample.clone(), t.clone())
+        got = call(sample_log_density, *args,
+                   input_desc=f"{desc}: log_probs = {describe(log_probs)}, sample = "
+                              f"{describe(sample)}, t = {describe(t)}")
+        expect_true(all(torch.equal(a, b) for a, b in zip(args, (log_probs, sample, t))),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute new tensors; do not use in-place methods on the arguments.")
+        if isinstance(got, torch.Tensor) and got.shape == expected.shape and not bool(
+                torch.isfinite(got).all()):
+            expect_true(False, f"for input {desc} your log-density is {describe(got)}, not "
+                               "finite everywhere.",
+                        hint="stay in logs: the Gumbel log-density is -x - exp(-x), and "
+                             "log q = log(1 - exp(-e^a)) needs expm1 (and, once e^a is tiny, "
+                             "log q ~ a - e^a / 2).")
+        expect_close(got, expected, input_desc=desc, rtol=1e-9, atol=1e-9, what="log-density",
+                     hint="sum over the sequence z outside the sample whose value is kappa: "
+                          "the density e^{phi_z - t} F_z(t) times the CDFs of the rest of the "
+                          "complement is the Gumbel density of the complement's maximum, at "
+                          "phi_C = logsumexp of the complement's log-probabilities; multiply by "
+                          "q_t(y) = 1 - F_y(t) for each y in the sample.")
+    return len(cases)
