@@ -1102,3 +1102,84 @@ def test_moments_bad_input():
         sbs_estimator_moments(big, torch.ones(40), 20)
     with pytest.raises(TypeError, match="argument 'log_probs'"):
         sbs_estimator_moments([0.0], f, 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# unordered_set_weights: the unordered set estimator and its built-in baseline (Kool et al. 2020)
+# ------------------------------------------------------------------------------------------------
+def _random_model(n, seed, scale=1.5):
+    g0 = torch.Generator().manual_seed(seed)
+    theta = scale * torch.randn(n, generator=g0, dtype=torch.float64)
+    f = torch.randn(n, generator=g0, dtype=torch.float64) + 2.0
+    return torch.log_softmax(theta, 0), f
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_unordered_set_estimator_and_baseline_are_unbiased(seed):
+    from softmaxbook.beam import sets_without_replacement, unordered_set_weights
+    n = 7
+    lp, f = _random_model(n, seed)
+    p = lp.exp()
+    J = torch.eye(n, dtype=torch.float64) - p       # ∇_θ log p(s) for logits θ
+    true_mean, true_grad = float(p @ f), (p[:, None] * J * f[:, None]).sum(0)
+    for k in range(1, 5):
+        subsets, probs = sets_without_replacement(p, k)
+        w = unordered_set_weights(lp[subsets])
+        # the set probabilities by quadrature equal the k!-order sums
+        torch.testing.assert_close(w.set_probability, probs, rtol=0, atol=1e-12)
+        fS, JS = f[subsets], J[subsets]
+        est = (w.weights * fS).sum(-1)
+        assert abs(float(probs @ est) - true_mean) < 1e-12
+        grad = (w.weights[..., None] * JS * fS[..., None]).sum(1)
+        assert float(((probs[:, None] * grad).sum(0) - true_grad).abs().max()) < 1e-12
+        if k == 1:
+            assert w.baseline is None
+            torch.testing.assert_close(w.weights, torch.ones_like(w.weights))  # f(s) itself
+            continue
+        B = (w.baseline @ fS.unsqueeze(-1)).squeeze(-1)
+        grad_b = (w.weights[..., None] * JS * (fS - B)[..., None]).sum(1)
+        assert float(((probs[:, None] * grad_b).sum(0) - true_grad).abs().max()) < 1e-12
+        # the baseline of s is, given s in the sample, an unbiased estimate of E[f]
+        for s in range(n):
+            has = (subsets == s).any(1)
+            pos = (subsets[has] == s).nonzero()[:, 1]
+            b_s = B[has].gather(1, pos[:, None]).squeeze(1)
+            cond = probs[has] * w.weights[has].gather(1, pos[:, None]).squeeze(1) / p[s]
+            assert abs(float(cond.sum()) - 1) < 1e-12   # P(S | s in S) weights
+            assert abs(float((cond * b_s).sum()) - true_mean) < 1e-12
+
+
+def test_unordered_set_weights_near_certain_sample_and_batches():
+    from softmaxbook.beam import sets_without_replacement, unordered_set_weights
+    # two sequences hold all but 3e-12 of the mass
+    p = torch.tensor([0.7, 0.3 - 3e-12, 1e-12, 1e-12, 1e-12], dtype=torch.float64)
+    lp, f = p.log(), torch.tensor([1.0, 2.0, 30.0, -5.0, 4.0], dtype=torch.float64)
+    subsets, probs = sets_without_replacement(p, 2)
+    w = unordered_set_weights(lp[subsets])
+    assert torch.isfinite(w.weights).all() and torch.isfinite(w.baseline).all()
+    torch.testing.assert_close(w.set_probability, probs, rtol=1e-9, atol=1e-15)
+    assert abs(float(probs @ (w.weights * f[subsets]).sum(-1)) - float(p @ f)) < 1e-10
+    # one row at a time = the batch
+    one = unordered_set_weights(lp[subsets[3]])
+    torch.testing.assert_close(one.weights, w.weights[3], rtol=1e-14, atol=0)
+    torch.testing.assert_close(one.baseline, w.baseline[3], rtol=1e-14, atol=0)
+    # float32 in, float64 out (documented)
+    assert unordered_set_weights(lp[subsets].float()).weights.dtype == torch.float64
+
+
+def test_unordered_set_weights_bad_input():
+    from softmaxbook.beam import unordered_set_weights
+    with pytest.raises(ValueError, match="argument 'log_probs' is empty"):
+        unordered_set_weights(torch.zeros(0, dtype=torch.float64))
+    with pytest.raises(ValueError, match="argument 'log_probs' must have a last dimension"):
+        unordered_set_weights(torch.tensor(-1.0, dtype=torch.float64))
+    with pytest.raises(ValueError, match="argument 'log_probs' must be finite"):
+        unordered_set_weights(torch.tensor([-1.0, -math.inf], dtype=torch.float64))
+    with pytest.raises(ValueError, match="outside the sample"):
+        unordered_set_weights(torch.log(torch.tensor([0.5, 0.5], dtype=torch.float64)))
+    with pytest.raises(ValueError, match="argument 'step'"):
+        unordered_set_weights(torch.tensor([-1.0, -2.0]), step=1.0)
+    with pytest.raises(ValueError, match="argument 'log_probs'"):
+        unordered_set_weights(torch.tensor([-1.0, float("nan")]))
+    with pytest.raises(TypeError, match="argument 'log_probs'"):
+        unordered_set_weights([-1.0, -2.0])

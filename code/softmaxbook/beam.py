@@ -115,6 +115,8 @@ __all__ = [
     "sets_without_replacement",
     "SBSMoments",
     "sbs_estimator_moments",
+    "UnorderedSetWeights",
+    "unordered_set_weights",
 ]
 
 PAD = -1
@@ -1182,3 +1184,87 @@ def sbs_estimator_moments(log_probs: torch.Tensor, values: torch.Tensor, k: int,
         n2 += (dens * (est_n - exact) ** 2).sum()
     variance = m2 - (m1 - exact) ** 2 if k > 1 else torch.tensor(math.inf, dtype=torch.float64)
     return SBSMoments(exact, m1, variance, n1, n2 - (n1 - exact) ** 2, mass)
+
+
+class UnorderedSetWeights(NamedTuple):
+    """Weights of the unordered set estimator (see :func:`unordered_set_weights`)."""
+    weights: torch.Tensor             # [..., k]: p(s) R(S, s)
+    baseline: torch.Tensor | None     # [..., k, k]: row s gives B(S, s) = baseline[s] @ f
+    set_probability: torch.Tensor     # [...]: p(S), the probability of drawing the set S
+
+
+def unordered_set_weights(log_probs: torch.Tensor, *, step: float = 0.2) -> UnorderedSetWeights:
+    """Weights of the unordered set estimator and its built-in baseline (Kool, van Hoof &
+    Welling 2020) for a sample without replacement ``S`` of size ``k``.
+
+    With ``p(S)`` the probability of drawing the *set* ``S`` (in any order), the estimator of
+    ``E_p[f]`` is ``Σ_{s ∈ S} p(s) R(S, s) f(s)`` with the leave-one-out ratio
+    ``R(S, s) = p^{D∖s}(S ∖ s) / p(S)`` (``p^{D∖s}``: sampling without ``s``, renormalised). It is
+    unbiased: ``Σ_S p(S) p(s) R(S, s) = p(s) Σ_{S ∋ s} p^{D∖s}(S ∖ s) = p(s)``. For a gradient,
+    ``Σ_s p(s) R(S, s) ∇log p(s) (f(s) - B(S, s))`` stays unbiased when ``B(S, s)`` is, given
+    ``s ∈ S``, an unbiased estimate of ``E_p[f]`` from the rest of the sample:
+    ``B(S, s) = p(s) f(s) + Σ_{s' ∈ S ∖ s} p(s') p^{D∖{s,s'}}(S ∖ {s,s'}) / p^{D∖s}(S ∖ s) f(s')``.
+    Then ``E[B | s ∈ S]`` is ``E_p[f]`` whatever ``s`` is, and ``Σ_s ∇p(s) E_p[f] = 0``.
+
+    Every set probability here is an integral over the threshold of the Gumbel-top-k draw
+    (:func:`sbs_estimator_moments`): ``p^{D∖A}(S ∖ A) = ∫ gumbel_pdf(t; φ_C) Π_{y ∈ S∖A} q_t(y) dt``
+    with ``C`` the sequences outside ``S`` (a common shift of the log-probabilities moves ``t``
+    and changes nothing, so the renormalisation is free). ``φ_C = log(1 - Σ_S p)`` needs only
+    the sample's own log-probabilities. The integrals are taken by the trapezoidal rule in ``t``.
+
+    Parameters
+    ----------
+    log_probs : Tensor [..., k]
+        Log-probabilities ``log p(s)`` of the ``k`` distinct sampled sequences (finite, their
+        probabilities summing to less than 1: some mass must lie outside the sample).
+    step : float
+        Quadrature step in ``t`` (default 0.2).
+
+    Returns
+    -------
+    UnorderedSetWeights
+        ``weights`` ``[..., k]`` (estimate ``(weights * f).sum(-1)``) and ``baseline``
+        ``[..., k, k]`` (``B = baseline @ f``), float64; ``baseline`` is None for ``k = 1``
+        (no other sample to build it from); ``set_probability`` ``[...]``, ``p(S)``.
+    """
+    func = "unordered_set_weights"
+    log_probs = as_float_tensor(log_probs, "log_probs", func)
+    if log_probs.dim() == 0 or log_probs.shape[-1] == 0:
+        raise ValueError(f"{func}: argument 'log_probs' must have a last dimension of k >= 1 "
+                         f"sampled sequences, got shape {tuple(log_probs.shape)}")
+    check_no_nan(log_probs, "log_probs", func)
+    if not bool(torch.isfinite(log_probs).all()):
+        raise ValueError(f"{func}: argument 'log_probs' must be finite (a sampled sequence has "
+                         "positive probability)")
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step <= 0.5:
+        raise ValueError(f"{func}: argument 'step' must be a number in (0, 0.5], got {step!r}")
+    phi = log_probs.detach().double()
+    lse = torch.logsumexp(phi, dim=-1)
+    if bool((lse >= -1e-12).any()):
+        raise ValueError(f"{func}: argument 'log_probs' must leave some probability outside the "
+                         "sample (its probabilities sum to 1 or more); with the whole support "
+                         "sampled, the exact expectation needs no estimator")
+    k = phi.shape[-1]
+    # φ_C = log(1 - Σ_S p) = log1mexp(lse), accurate when the sample holds nearly everything
+    phi_c = torch.where(lse > -math.log(2), torch.log(-torch.expm1(lse)),
+                        torch.log1p(-torch.exp(lse)))
+    rel = phi - phi_c.unsqueeze(-1)                                    # [..., k]
+    hi = float(rel.max()) + 40.0
+    x = torch.arange(-6.0, hi + step, step, dtype=torch.float64, device=phi.device)
+    log_pdf = -x - torch.exp(-x)                                       # Gumbel(φ_C) at φ_C + x
+    a = rel.unsqueeze(-1) - x                                          # [..., k, m]: φ_y - t
+    e = torch.exp(a)
+    log_q = torch.where(a < -20, a - e / 2, torch.log(-torch.expm1(-e)))
+    full = log_pdf + log_q.sum(-2)                                     # [..., m]
+    i_s = torch.exp(full).sum(-1) * step                               # p(S)
+    i_s1 = torch.exp(full.unsqueeze(-2) - log_q).sum(-1) * step        # [..., k]: p^{D∖s}(S∖s)
+    weights = phi.exp() * i_s1 / i_s.unsqueeze(-1)
+    if k == 1:
+        return UnorderedSetWeights(weights, None, i_s)
+    # [..., k, k, m]: p^{D∖{s,s'}}(S ∖ {s,s'}) for s ≠ s'
+    i_s2 = torch.exp(full.unsqueeze(-2).unsqueeze(-2) - log_q.unsqueeze(-2)
+                     - log_q.unsqueeze(-3)).sum(-1) * step
+    ratio = i_s2 / i_s1.unsqueeze(-1)                                  # row s: / p^{D∖s}(S∖s)
+    eye = torch.eye(k, dtype=torch.bool, device=phi.device)
+    baseline = torch.where(eye, torch.ones_like(ratio), ratio) * phi.exp().unsqueeze(-2)
+    return UnorderedSetWeights(weights, baseline, i_s)
