@@ -67,6 +67,9 @@ __all__ = [
     "FunctionalMinimum",
     "cycloid",
     "cycloid_time",
+    "second_variation",
+    "functional_hessian",
+    "functional_derivative",
 ]
 
 # Gauss–Legendre nodes on [0, 1] and their weights, 8 points per half-cell (see
@@ -328,6 +331,212 @@ def _polygon_integral(F, x, y, func: str) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------------
+# Second variation, Hessian and functional derivative of the discretised functional
+# ------------------------------------------------------------------------------------------------
+def _check_grid_path(F, x, y, func: str, *, name: str = "y"):
+    """The checks of :func:`discrete_functional` (callable F, 1-d increasing finite grid, a
+    finite path of its shape); returns (x, y) with x in the dtype of y."""
+    _check_callable(F, "F", func)
+    x = as_float_tensor(x, "x", func)
+    y = as_float_tensor(y, name, func)
+    if x.dim() != 1 or x.numel() < 2:
+        raise ValueError(f"{func}: argument 'x' must be 1-d with at least 2 points, got shape "
+                         f"{tuple(x.shape)}")
+    if y.shape != x.shape:
+        raise ValueError(f"{func}: argument '{name}' must have the shape of 'x' "
+                         f"{tuple(x.shape)}, got {tuple(y.shape)}")
+    check_finite(x, "x", func)
+    check_finite(y.detach(), name, func)
+    if not bool((x[1:] > x[:-1]).all()):
+        raise ValueError(f"{func}: argument 'x' must be strictly increasing")
+    return x.detach().to(y.dtype), y.detach()
+
+
+def _finite_or_raise(value, func: str, what: str) -> torch.Tensor:
+    if not bool(torch.isfinite(value.detach()).all()):
+        hint = ("the path leaves F's domain: discrete_functional names the first bad cell"
+                if what == "integral" else
+                "F is not twice differentiable on this path, e.g. sqrt(p**2) where p = 0")
+        raise ValueError(f"{func}: argument 'F' gives a non-finite {what} on this path "
+                         f"({hint})")
+    return value
+
+
+def second_variation(F: Callable, x: torch.Tensor, y: torch.Tensor,
+                     eta: torch.Tensor) -> torch.Tensor:
+    """d²/dε² J_n[y + ε η] at ε = 0: the second variation of the polygon functional along η.
+
+    J_n is :func:`discrete_functional` of the polygon through ``(x[i], y[i])``; the result is
+    its exact second derivative along the direction ``eta`` (no finite-difference step), by
+    autograd applied twice to one scalar ε. For a smooth path and perturbation it converges,
+    at order 2 on a uniform grid, to the second variation of the continuous functional
+    (Gelfand & Fomin 1963, ch. 5)
+
+        δ²J[η] = ∫ₐᵇ (F_ff η² + 2 F_ff′ η η′ + F_f′f′ η′²) dx = ∫ₐᵇ (P η′² + Q η²) dx,
+
+    with P = F_f′f′ and Q = F_ff − d/dx F_ff′ when η(a) = η(b) = 0 (the second form after an
+    integration by parts). At a stationary path, δ²J[η] < 0 for one admissible η means the
+    path is not a minimum: J decreases along η. (This is d²/dε², Gelfand & Fomin's δ²J is half
+    of it.)
+
+    Parameters
+    ----------
+    F : callable
+        The Lagrangian ``F(x, f, fp)``, elementwise, torch operations (module docstring).
+    x : Tensor, shape (n + 1,)
+        Strictly increasing grid, n ≥ 1 cells.
+    y : Tensor, shape (n + 1,)
+        The path's values at the grid points.
+    eta : Tensor, shape (n + 1,)
+        The direction. An admissible perturbation of a fixed-end problem has
+        ``eta[0] == eta[-1] == 0``; any η is accepted (a free end moves).
+
+    Returns
+    -------
+    Tensor, 0-d
+        The second derivative, detached, in the dtype of ``y`` (``x`` and ``eta`` are converted
+        to it).
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a non-callable ``F``, a bad ``x``, ``y`` or ``eta`` (not a floating tensor, wrong
+        shape, NaN or ±inf, ``x`` not increasing), an ``F`` that fails when called or does not
+        act elementwise, and a second derivative that is not finite.
+
+    Notes
+    -----
+    The value is exact for the discretised functional: for a quadratic Lagrangian such as
+    F = f′² + f², J_n is a quadratic form and the result equals 2 J_n[η] to rounding.
+    """
+    func = "second_variation"
+    x, y = _check_grid_path(F, x, y, func)
+    _, eta = _check_grid_path(F, x, eta.to(y.dtype) if isinstance(eta, torch.Tensor)
+                              and eta.is_floating_point() else eta, func, name="eta")
+    with torch.enable_grad():
+        eps = torch.zeros((), dtype=y.dtype, device=y.device, requires_grad=True)
+        J = _finite_or_raise(_polygon_integral(F, x, y + eps * eta, func), func, "integral")
+        if not J.requires_grad:  # F ignores f and f′: J does not change along η
+            return torch.zeros((), dtype=y.dtype, device=y.device)
+        (d1,) = torch.autograd.grad(J, eps, create_graph=True)
+        if not d1.requires_grad:  # J linear in ε
+            return torch.zeros((), dtype=y.dtype, device=y.device)
+        (d2,) = torch.autograd.grad(d1, eps)
+    return _finite_or_raise(d2.detach(), func, "second variation")
+
+
+def functional_hessian(F: Callable, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The Hessian of the polygon functional J_n in the interior values y[1], …, y[n−1].
+
+    J_n (:func:`discrete_functional`) is a sum over cells, and cell i depends on y[i] and
+    y[i+1] only, so the Hessian is tridiagonal. It is recovered exactly from three
+    Hessian-vector products by autograd (probe vectors with ones at the indices ≡ 0, 1, 2 mod 3:
+    each row meets exactly one nonzero entry per probe). With the ends held fixed,
+    ηᵀ H η = :func:`second_variation` along the η that is 0 at both ends; H is positive
+    definite at a strict local minimum of J_n, and an eigenvector with a negative eigenvalue is
+    a direction along which J_n decreases. Its eigenvalues scale with the grid; the signs do
+    not (Sylvester's law of inertia), which is how the discrete problem sees Legendre's and
+    Jacobi's conditions (Gelfand & Fomin 1963, ch. 5).
+
+    Parameters
+    ----------
+    F : callable
+        The Lagrangian ``F(x, f, fp)``, elementwise, torch operations.
+    x : Tensor, shape (n + 1,)
+        Strictly increasing grid, n ≥ 2 cells.
+    y : Tensor, shape (n + 1,)
+        The path's values at the grid points (the ends are held fixed).
+
+    Returns
+    -------
+    Tensor, shape (n − 1, n − 1)
+        The symmetric, tridiagonal Hessian, detached, in the dtype of ``y``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`second_variation`; also for fewer than 2 cells (no interior value), and a
+        Hessian that is not finite.
+    """
+    func = "functional_hessian"
+    x, y = _check_grid_path(F, x, y, func)
+    m = y.numel() - 2
+    if m < 1:
+        raise ValueError(f"{func}: argument 'y' must have at least 3 points (an interior "
+                         f"value), got {y.numel()}")
+    idx = torch.arange(m, device=y.device)
+    H = torch.zeros(m, m, dtype=y.dtype, device=y.device)
+    with torch.enable_grad():
+        inner = y[1:-1].clone().requires_grad_(True)
+        J = _finite_or_raise(_polygon_integral(F, x, torch.cat([y[:1], inner, y[-1:]]), func),
+                             func, "integral")
+        if not J.requires_grad:
+            return H
+        (g,) = torch.autograd.grad(J, inner, create_graph=True)
+        for k in range(min(3, m)):
+            probe = (idx % 3 == k).to(y.dtype)
+            if not g.requires_grad:  # J linear in y: zero Hessian
+                break
+            (hv,) = torch.autograd.grad(g, inner, probe, retain_graph=True, allow_unused=True)
+            if hv is None:
+                continue
+            # row j's one nonzero among columns ≡ k (mod 3) lies in column j−1, j or j+1
+            for off in (-1, 0, 1):
+                rows = idx[(idx + off >= 0) & (idx + off < m) & ((idx + off) % 3 == k)]
+                H[rows, rows + off] = hv[rows].detach()
+    H = (H + H.T) / 2  # symmetric to rounding already; make it exactly so for eigh
+    return _finite_or_raise(H, func, "Hessian")
+
+
+def functional_derivative(F: Callable, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The discrete functional derivative at the interior grid points: ∂J_n/∂y_i divided by w_i.
+
+    The functional derivative δJ/δf is the gradient of J in the L² inner product,
+    d/dε J[f + εη] = ∫ (δJ/δf) η dx (Gelfand & Fomin 1963, ch. 1). For the polygon functional
+    J_n (:func:`discrete_functional`) the same holds with the inner product of the grid,
+    Σ w_i u_i v_i with the trapezoid weights w_i = (x[i+1] − x[i−1]) / 2: the discrete
+    gradient is ∂J_n/∂y_i / w_i. As the grid refines (uniformly) it converges, at order 2 for a
+    smooth F and path, to δJ/δf = ∂F/∂f − d/dx ∂F/∂f′ (:func:`el_residual`) at the points:
+    the gradient ∂J_n/∂y_i alone tends to 0 like w_i.
+
+    Parameters
+    ----------
+    F : callable
+        The Lagrangian ``F(x, f, fp)``, elementwise, torch operations.
+    x : Tensor, shape (n + 1,)
+        Strictly increasing grid, n ≥ 2 cells.
+    y : Tensor, shape (n + 1,)
+        The path's values at the grid points.
+
+    Returns
+    -------
+    Tensor, shape (n − 1,)
+        ∂J_n/∂y_i / w_i at x[1], …, x[n−1], detached, in the dtype of ``y``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`functional_hessian`.
+    """
+    func = "functional_derivative"
+    x, y = _check_grid_path(F, x, y, func)
+    if y.numel() < 3:
+        raise ValueError(f"{func}: argument 'y' must have at least 3 points (an interior "
+                         f"value), got {y.numel()}")
+    with torch.enable_grad():
+        inner = y[1:-1].clone().requires_grad_(True)
+        J = _finite_or_raise(_polygon_integral(F, x, torch.cat([y[:1], inner, y[-1:]]), func),
+                             func, "integral")
+        if not J.requires_grad:
+            return torch.zeros_like(inner).detach()
+        (g,) = torch.autograd.grad(J, inner, allow_unused=True)
+    if g is None:
+        return torch.zeros_like(inner).detach()
+    weight = (x[2:] - x[:-2]) / 2
+    return _finite_or_raise(g / weight, func, "gradient")
+
+
+# ------------------------------------------------------------------------------------------------
 # Minimisation
 # ------------------------------------------------------------------------------------------------
 class FunctionalMinimum(NamedTuple):
@@ -367,8 +576,9 @@ def _grid(a: float, b: float, n: int, singular: str, dtype, device) -> torch.Ten
     return x
 
 
-def _preconditioner(x: torch.Tensor) -> torch.Tensor:
-    """P with Pᵀ K P = I for the stiffness matrix K of ∫ f′² dx on the grid's interior nodes.
+def _preconditioner(x: torch.Tensor, free_a: bool = False, free_b: bool = False) -> torch.Tensor:
+    """P with Pᵀ K P = I for the stiffness matrix K of ∫ f′² dx on the grid's interior nodes
+    (and on a free end's node: there K has only the one cell's term, the Neumann end).
 
     The f′-part of J is what makes the discrete problem ill-conditioned (condition number
     ∝ n²). In the coordinates c of y_interior = y₀ + P c the path-length-like part of J is well
@@ -377,9 +587,25 @@ def _preconditioner(x: torch.Tensor) -> torch.Tensor:
     """
     h = x[1:] - x[:-1]
     w = 1.0 / h
-    diag = w[:-1] + w[1:]
-    off = -w[1:-1]
-    K = torch.diag(diag) + torch.diag(off, 1) + torch.diag(off, -1)
+    if free_a or free_b:
+        # all nodes' stiffness matrix, then the fixed ends' rows and columns dropped
+        full = torch.zeros(x.numel(), dtype=x.dtype, device=x.device)
+        full[:-1] += w
+        full[1:] += w
+        K = torch.diag(full) + torch.diag(-w, 1) + torch.diag(-w, -1)
+        if free_a and free_b:
+            # ∫ f′² does not see a constant shift: add the lumped mass ∫ f² / (b − a)², so that
+            # K is positive definite with the same scaling
+            mass = torch.zeros_like(full)
+            mass[:-1] += h / 2
+            mass[1:] += h / 2
+            K = K + torch.diag(mass) / (x[-1] - x[0]) ** 2
+        keep = slice(0 if free_a else 1, None if free_b else -1)
+        K = K[keep, keep]
+    else:
+        diag = w[:-1] + w[1:]
+        off = -w[1:-1]
+        K = torch.diag(diag) + torch.diag(off, 1) + torch.diag(off, -1)
     evals, evecs = torch.linalg.eigh(K)
     return evecs / evals.sqrt()
 
@@ -467,16 +693,19 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
         The Lagrangian ``F(x, f, fp)``, elementwise, torch operations.
     a, b : float
         The interval, a < b.
-    fa, fb : float
-        The fixed end values f(a) and f(b).
+    fa, fb : float or None
+        The fixed end values f(a) and f(b). ``None`` leaves that end free: its value is
+        minimised over too, and the minimiser meets the natural boundary condition
+        ∂F/∂f′ = 0 there (Gelfand & Fomin 1963, ch. 1).
     n : int
         Number of cells (n ≥ 2; n + 1 grid points).
     singular : {"auto", "none", "a", "b", "both"}
         Ends where F is singular. ``"auto"`` (default) evaluates F at both ends of the straight
         line from (a, fa) to (b, fb) and treats an end as singular where the value is not finite.
     init : callable, optional
-        ``init(x) -> tensor`` the starting path on the grid; its end values are replaced by
-        fa, fb. Default: the straight line.
+        ``init(x) -> tensor`` the starting path on the grid; its fixed end values are replaced
+        by fa, fb. Default: the straight line (level with the fixed end where the other is
+        free, 0 where both are).
     dtype : torch.dtype
         ``torch.float64`` (default) or ``torch.float32``: the dtype of the computation (the
         preconditioner's eigendecomposition has no half-precision kernel).
@@ -503,8 +732,12 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
     _check_callable(F, "F", func)
     a = _check_real(a, "a", func)
     b = _check_real(b, "b", func)
-    fa = _check_real(fa, "fa", func)
-    fb = _check_real(fb, "fb", func)
+    free_a, free_b = fa is None, fb is None
+    fa = None if free_a else _check_real(fa, "fa", func)
+    fb = None if free_b else _check_real(fb, "fb", func)
+    # the straight line through the fixed ends (a free end: level with the other end, or 0)
+    la = fa if not free_a else (fb if not free_b else 0.0)
+    lb = fb if not free_b else la
     if not b > a:
         raise ValueError(f"{func}: argument 'b' must be > a = {a}, got {b}")
     n = check_int(n, "n", func, minimum=2)
@@ -526,10 +759,10 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
     gtol, ftol = float(gtol), float(ftol)
 
     if singular == "auto":
-        slope = torch.tensor([(fb - fa) / (b - a)] * 2, dtype=dtype)
+        slope = torch.tensor([(lb - la) / (b - a)] * 2, dtype=dtype)
         with torch.no_grad():
             ends = _call(F, (torch.tensor([a, b], dtype=dtype),
-                             torch.tensor([fa, fb], dtype=dtype), slope),
+                             torch.tensor([la, lb], dtype=dtype), slope),
                          "F", func, "F(x, f, fp)")
         ends = _check_output(ends, (2,), "argument 'F'", func)
         bad = [not math.isfinite(float(v)) for v in ends]
@@ -538,13 +771,16 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
 
     x = _grid(a, b, n, singular, dtype, None)
     if init is None:
-        y0 = fa + (fb - fa) * (x - a) / (b - a)
+        y0 = la + (lb - la) * (x - a) / (b - a)
     else:
         y0 = _check_output(_call(init, (x,), "init", func, "init(x)"), x.shape,
                            "argument 'init'", func).detach().to(dtype)
         check_finite(y0, "init(x)", func)
         y0 = y0.clone()
-    y0[0], y0[-1] = fa, fb
+    if not free_a:
+        y0[0] = fa
+    if not free_b:
+        y0[-1] = fb
 
     with torch.no_grad():
         start = _polygon_integral(F, x, y0, func)
@@ -562,20 +798,24 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
             f"{float(x[first + 1]):.4g}]); choose an initial path inside F's domain with "
             "'init', or mark a singular end with 'singular'")
 
-    P = _preconditioner(x)
-    base = y0[1:-1]
+    P = _preconditioner(x, free_a, free_b)
+    lo, hi = (0 if free_a else 1), (n + 1 if free_b else n)
+    base = y0[lo:hi]
+
+    def path(c):
+        # the fixed ends, and the free values moved by P c
+        return torch.cat([y0[:lo], base + P @ c, y0[hi:]])
 
     def fun(c):
         with torch.enable_grad():
             c = c.detach().requires_grad_(True)
-            y = torch.cat([y0[:1], base + P @ c, y0[-1:]])
-            J = _polygon_integral(F, x, y, func)
+            J = _polygon_integral(F, x, path(c), func)
             if not torch.isfinite(J):
                 return J.detach(), torch.full_like(c, float("nan"))
             (grad,) = torch.autograd.grad(J, c)
         return J.detach(), grad
 
-    c0 = torch.zeros(n - 1, dtype=dtype)
+    c0 = torch.zeros(hi - lo, dtype=dtype)
     c, J, iters, stop = _lbfgs(fun, c0, max_iter=max_iter, history=history, gtol=gtol,
                                ftol=ftol)
     converged = stop in ("gradient", "decrease")
@@ -584,7 +824,7 @@ def minimize_functional(F: Callable, a, b, fa, fb, *, n: int = 64, singular: str
         warnings.warn(f"{func}: L-BFGS did not converge ({stop!r} after {iters} iterations, "
                       f"n = {n}); the path returned is not a minimiser to the tolerances asked "
                       "for (raise max_iter, or loosen gtol/ftol)", RuntimeWarning, stacklevel=2)
-    y = torch.cat([y0[:1], base + P @ c, y0[-1:]]).detach()
+    y = path(c).detach()
     return FunctionalMinimum(x, y, J.detach(), iters, converged, stop)
 
 
