@@ -826,3 +826,35 @@ def test_grading_with_both_ends_singular_is_symmetric():
         x = _grid(0.0, 1.0, 16, "both", torch.float64, None, k)
         assert torch.allclose(x, 1 - x.flip(0), atol=1e-15)
         assert bool((x[1:] > x[:-1]).all())
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, y: second_variation(quad, x, y, y),
+    lambda x, y: functional_hessian(quad, x, y),
+    lambda x, y: functional_derivative(quad, x, y),
+])
+def test_new_functions_reject_empty_and_infinite_paths(fn):
+    empty = torch.empty(0, **f64)
+    with pytest.raises(ValueError, match="is empty"):
+        fn(empty, empty)
+    x = torch.linspace(0.0, 1.0, 5, **f64)
+    for bad in (float("-inf"), float("inf")):
+        y = x.clone()
+        y[2] = bad
+        with pytest.raises(ValueError, match="argument 'y' contains"):
+            fn(x, y)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_hessian_and_derivative_keep_the_dtype(dtype):
+    x = torch.linspace(-1.0, 1.0, 17, **f64)
+    y = torch.cosh(x)
+    H64, g64 = functional_hessian(soap, x, y), functional_derivative(soap, x, y)
+    H, g = functional_hessian(soap, x.to(dtype), y.to(dtype)), functional_derivative(
+        soap, x.to(dtype), y.to(dtype))
+    assert H.dtype == dtype and g.dtype == dtype
+    eps, h = torch.finfo(dtype).eps, 2 / 16
+    assert float((H.double() - H64).abs().max()) < 10 * eps * float(H64.abs().max())
+    # the gradient of J_n sums terms of size |F_f'| ~ 1 that cancel to O(h); divided by the
+    # weight h, its rounding error is about eps / h (bfloat16 here: 4.5 eps / h)
+    assert float((g.double() - g64).abs().max()) < 10 * eps / h
