@@ -15,8 +15,8 @@ from softmaxbook.variational import el_residual
 
 def test_registered():
     assert registered("variational") == ["variational-beltrami", "variational-ex-catenary",
-                                         "variational-ex-sinh", "variational-maxent",
-                                         "variational-residual"]
+                                         "variational-ex-sinh", "variational-jacobi",
+                                         "variational-maxent", "variational-residual"]
 
 
 def stub(*args):
@@ -635,3 +635,132 @@ def test_off_point_term_leaves_value_and_two_derivatives_at_the_points():
     h = 2e-3  # beside the points it is M |h|^3, which a stencil for f'' turns into about M h
     want = torch.full_like(x, _OFF_POINT_WEIGHT * h ** 3)
     assert torch.allclose(_off_point_term(x + h, x), want)
+
+
+# --- variational-jacobi ----------------------------------------------------------------------
+from torch.func import grad as fgrad, vmap  # noqa: E402
+
+
+def jacobi_variant(variant=None):
+    """The coefficients P = F_f'f', Q = F_ff - d/dx F_ff' by torch.func; ``variant`` names a
+    plausible mistake."""
+    def jacobi(F, f, x):
+        x = x.detach()
+        y = f(x)
+        if variant == "finite difference":
+            h = 1e-4
+            yp = (f(x + h) - f(x - h)) / (2 * h)
+            ypp = (f(x + h) - 2 * y + f(x - h)) / h ** 2
+        else:
+            yp = vmap(fgrad(f))(x)
+            ypp = vmap(fgrad(fgrad(f)))(x)
+        F_f, F_p = fgrad(F, argnums=1), fgrad(F, argnums=2)
+        P = vmap(fgrad(F_p, argnums=2))(x, y, yp)
+        F_ff = vmap(fgrad(F_f, argnums=1))(x, y, yp)
+        d_x, d_f, d_p = vmap(fgrad(fgrad(F_f, argnums=2), argnums=(0, 1, 2)))(x, y, yp)
+        total = {"no x": d_f * yp + d_p * ypp, "no f'": d_x + d_p * ypp,
+                 "no f''": d_x + d_f * yp}.get(variant, d_x + d_f * yp + d_p * ypp)
+        Q = F_ff - total
+        if variant == "F_ff only":
+            Q = F_ff
+        if variant == "plus":
+            Q = F_ff + total
+        if variant == "half":
+            P, Q = P / 2, Q / 2
+        if variant == "swapped":
+            P, Q = Q, P
+        if variant == "F_p":
+            P = vmap(F_p)(x, y, yp)
+        if variant == "float32":
+            P, Q = P.float(), Q.float()
+        if variant == "P only":
+            return P.detach()
+        return P.detach(), Q.detach()
+    return jacobi
+
+
+def jacobi_by_autograd(F, f, x):
+    # torch.autograd.grad throughout; a partial derivative that F does not have is 0
+    def d(out, inputs, **kw):
+        if not out.requires_grad:
+            return [torch.zeros_like(i) for i in inputs]
+        gs = torch.autograd.grad(out.sum(), inputs, allow_unused=True, **kw)
+        return [torch.zeros_like(i) if g is None else g for g, i in zip(gs, inputs)]
+
+    xg = x.detach().clone().requires_grad_(True)
+    y = f(xg)
+    (yp,) = d(y, [xg], create_graph=True)
+    (ypp,) = d(yp, [xg])
+    X, Y, Yp = (t.detach().clone().requires_grad_(True) for t in (x, y, yp))
+    Ff, Fp = d(F(X, Y, Yp), [Y, Yp], create_graph=True)
+    (P,) = d(Fp, [Yp], retain_graph=True)
+    Fff, Ffp = d(Ff, [Y, Yp], create_graph=True)
+    gx, gf, gp = d(Ffp, [X, Y, Yp])
+    Q = Fff - (gx + gf * yp.detach() + gp * ypp.detach())
+    return P.detach(), Q.detach()
+
+
+def jacobi_by_composite(F, f, x):
+    # d/dx F_ff' as the derivative of the composite x -> F_ff'(x, f(x), f'(x))
+    F_f = fgrad(F, argnums=1)
+    F_fp = fgrad(F_f, argnums=2)
+    F_pp = fgrad(fgrad(F, argnums=2), argnums=2)
+
+    def composite(t):
+        return F_fp(t, f(t), fgrad(f)(t))
+
+    x = x.detach()
+    y, yp = f(x), vmap(fgrad(f))(x)
+    Q = vmap(fgrad(F_f, argnums=1))(x, y, yp) - vmap(fgrad(composite))(x)
+    return vmap(F_pp)(x, y, yp).detach(), Q.detach()
+
+
+@pytest.mark.parametrize("answer", [jacobi_variant(), jacobi_by_autograd,
+                                    jacobi_by_composite])
+def test_jacobi_accepts_right_answers(answer, capsys):
+    assert check("variational-jacobi", answer)
+    assert "correct on 6 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+def jacobi_mutating(F, f, x):
+    x.requires_grad_(True)
+    return jacobi_variant()(F, f, x)
+
+
+def jacobi_calls_el_residual(F, f, x):
+    from softmaxbook.variational import el_residual as r
+    r(F, f, x)
+    return jacobi_variant()(F, f, x)
+
+
+@pytest.mark.parametrize("answer, message", [
+    # on the catenary F_ff alone is also Q without its f'' term: either hint is true
+    (jacobi_variant("F_ff only"), "(?s)catenary.*Q.*(F_ff alone|f″ ∂/∂f′ F_ff′)"),
+    (jacobi_variant("plus"), "(?s)catenary.*Q.*mind the sign"),
+    (jacobi_variant("no x"), r"(?s)x\*\*2\*f\*fp.*Q.*explicit x-dependence"),
+    (jacobi_variant("no f'"), r"(?s)f\*\*2\*fp\*\*2/2.*Q.*the term f′ ∂/∂f F_ff′"),
+    (jacobi_variant("no f''"), r"(?s)catenary.*Q.*the term f″ ∂/∂f′ F_ff′"),
+    (jacobi_variant("half"), "(?s)fp\\*\\*2 \\+ f\\*\\*2.*P.*half of it"),
+    (jacobi_variant("swapped"), "(?s)catenary.*P.*swapped"),
+    (jacobi_variant("F_p"), "(?s)fp\\*\\*2 \\+ f\\*\\*2.*P.*that is ∂F/∂f′"),
+    (jacobi_variant("float32"), "(?s)dtype torch.float32"),
+    (jacobi_variant("finite difference"), "(?s)a point that is not one of the x given"),
+    (jacobi_variant("P only"), "should be a pair"),
+    (jacobi_mutating, "changed x"),
+    (jacobi_calls_el_residual, "calls softmaxbook.variational.el_residual"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_jacobi_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("variational-jacobi", answer)
+
+
+def test_jacobi_closed_forms_match_autograd():
+    """The check's expected values (closed forms written by hand) agree with an independent
+    autograd computation, so that a typo in them cannot reject right answers."""
+    from softmaxbook.exercises.variational import _JACOBI_CASES
+    for name, F, f, x, exact in _JACOBI_CASES:
+        P, Q = jacobi_by_autograd(F, f, x)
+        Pe, Qe = exact(x)
+        assert torch.allclose(P, Pe, atol=1e-12) and torch.allclose(Q, Qe, atol=1e-12), name

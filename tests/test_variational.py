@@ -511,3 +511,350 @@ def test_cycloid_time_for_an_end_just_below_the_start(ratio):
     # and it tends to the whole arch's time 2 pi sqrt(r / g), r = b / (2 pi)
     if ratio >= 1e24:
         assert abs(cycloid_time(b, fb) - cycloid_time(b, 0.0)) < 1e-11
+
+
+# ------------------------------------------------------------------------------------------------
+# second_variation, functional_hessian, functional_derivative (issue 27: sufficiency and the
+# functional derivative as the L^2 gradient); free ends in minimize_functional
+# ------------------------------------------------------------------------------------------------
+from softmaxbook.variational import (  # noqa: E402
+    functional_derivative,
+    functional_hessian,
+    second_variation,
+)
+
+Y1 = math.cosh(1.0)
+A_DEEP = 0.70210269518  # a cosh(1/a) = cosh 1, the deeper root (brentq, 1e-11)
+
+
+def deep_catenary(x):
+    return A_DEEP * torch.cosh(x / A_DEEP)
+
+
+def catenary_delta2(a, x, eta):
+    """d^2/de^2 of int f sqrt(1 + f'^2) at f = a cosh(x/a) along eta, by hand: F_ff = 0,
+    F_ff' = tanh(x/a), F_f'f' = a / cosh^2(x/a), so 2 F_ff' eta eta' + F_f'f' eta'^2."""
+    xg = x.clone().requires_grad_(True)
+    (dx,) = torch.autograd.grad(eta(xg).sum(), xg)
+    e = eta(x)
+    integrand = 2 * torch.tanh(x / a) * e * dx + a * dx ** 2 / torch.cosh(x / a) ** 2
+    return float(torch.trapezoid(integrand, x))
+
+
+def test_deep_root_constant():
+    from scipy import optimize
+    a2 = optimize.brentq(lambda a: a * math.cosh(1 / a) - Y1, 0.3, 0.9, xtol=1e-14)
+    assert abs(a2 - A_DEEP) < 1e-9
+
+
+def test_second_variation_of_a_quadratic_functional_is_twice_J_of_eta():
+    # F = f'^2 + f^2: J_n is a quadratic form, J_n[y + e eta] = J_n[y] + 2e B(y, eta)
+    # + e^2 J_n[eta], so the second derivative is 2 J_n[eta] at every y, to rounding
+    x = torch.linspace(0.0, 1.0, 41, **f64)
+    eta = torch.sin(math.pi * x) + 0.3 * torch.sin(3 * math.pi * x)
+    for y in (x ** 2, torch.sinh(x) / math.sinh(1.0), torch.cos(7 * x)):
+        d2 = float(second_variation(quad, x, y, eta))
+        assert abs(d2 - 2 * float(discrete_functional(quad, x, eta))) < 1e-12 * abs(d2)
+
+
+def test_second_variation_converges_to_the_closed_form_at_order_2():
+    # along sin(pi x): 2 int (pi^2 cos^2 + sin^2) = pi^2 + 1
+    errors = []
+    for n in (16, 32, 64, 128):
+        x = torch.linspace(0.0, 1.0, n + 1, **f64)
+        d2 = float(second_variation(quad, x, x ** 2, torch.sin(math.pi * x)))
+        errors.append(abs(d2 - (math.pi ** 2 + 1)))
+    assert errors[-1] < 1e-3
+    assert all(1.9 < p < 2.1 for p in order(errors)), order(errors)
+
+
+def test_second_variation_matches_finite_differences_and_the_hessian():
+    x = torch.linspace(-1.0, 1.0, 65, **f64)
+    y = torch.cosh(x) + 0.05 * torch.sin(3 * math.pi * x)
+    eta = torch.cos(math.pi * x / 2)
+    d2 = float(second_variation(soap, x, y, eta))
+    J = lambda e: float(discrete_functional(soap, x, y + e * eta))  # noqa: E731
+    e = 1e-4
+    assert abs(d2 - (J(e) - 2 * J(0.0) + J(-e)) / e ** 2) < 1e-5
+    H = functional_hessian(soap, x, y)
+    inner = eta[1:-1]
+    assert abs(float(inner @ H @ inner) - d2) < 1e-10 * abs(d2)
+
+
+@pytest.mark.parametrize("a, sign", [(1.0, 1), (A_DEEP, -1)])
+def test_second_variation_of_the_two_catenaries(a, sign):
+    # the shallow catenary cosh x: positive; the deep one: negative along cos(pi x / 2)
+    # (a saddle), both converging to the closed form of the integrand
+    x = torch.linspace(-1.0, 1.0, 257, **f64)
+    eta = lambda t: torch.cos(math.pi * t / 2)  # noqa: E731
+    d2 = float(second_variation(soap, x, a * torch.cosh(x / a), eta(x)))
+    fine = torch.linspace(-1.0, 1.0, 20001, **f64)
+    exact = catenary_delta2(a, fine, eta)
+    assert sign * d2 > 0.3
+    assert abs(d2 - exact) < 1e-4
+
+
+def test_second_variation_zero_for_lagrangians_linear_in_the_path():
+    x = torch.linspace(0.0, 1.0, 9, **f64)
+    eta = torch.sin(math.pi * x)
+    assert float(second_variation(lambda x, f, p: x * f + 3 * p, x, x, eta)) == 0.0
+    assert float(second_variation(lambda x, f, p: x ** 2, x, x, eta)) == 0.0
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-4), (torch.float16, 1e-2),
+                                        (torch.bfloat16, 2e-2)])
+def test_second_variation_in_low_precision(dtype, tol):
+    x = torch.linspace(0.0, 1.0, 33, **f64)
+    eta = torch.sin(math.pi * x)
+    ref = float(second_variation(quad, x, x ** 2, eta))
+    got = second_variation(quad, x.to(dtype), (x ** 2).to(dtype), eta.to(dtype))
+    assert got.dtype == dtype
+    assert abs(float(got) - ref) < tol * ref
+
+
+def test_second_variation_leaves_its_inputs_alone():
+    x = torch.linspace(0.0, 1.0, 9, **f64)
+    y = (x ** 2).requires_grad_(True)
+    eta = torch.sin(math.pi * x)
+    before = (x.clone(), y.detach().clone(), eta.clone())
+    out = second_variation(quad, x, y, eta)
+    assert not out.requires_grad and y.grad is None
+    assert all(torch.equal(u, v) for u, v in zip((x, y.detach(), eta), before))
+
+
+def test_hessian_equals_autograds_dense_hessian():
+    for F, x, y in [
+        (soap, torch.linspace(-1.0, 1.0, 30, **f64), None),
+        (quad, torch.linspace(0.0, 1.0, 12, **f64), None),
+        (brach, math.pi * torch.linspace(0.0, 1.0, 20, **f64) ** 1.5, "cyc"),
+    ]:
+        if y is None:
+            y = torch.cosh(x) + 0.1 * torch.sin(5 * x)
+        else:
+            y = cycloid(x, math.pi, -2.0).detach()
+        dense = torch.autograd.functional.hessian(
+            lambda v: discrete_functional(F, x, torch.cat([y[:1], v, y[-1:]])), y[1:-1].clone())
+        H = functional_hessian(F, x, y)
+        assert torch.allclose(H, dense, rtol=1e-12, atol=1e-12 * float(dense.abs().max()))
+        assert torch.equal(H, H.T)
+        # tridiagonal: nothing beyond the first off-diagonals
+        assert float(torch.triu(H, 2).abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_hessian_of_small_grids(n):
+    x = torch.linspace(0.0, 1.0, n + 1, **f64)
+    H = functional_hessian(quad, x, x ** 2)
+    dense = torch.autograd.functional.hessian(
+        lambda v: discrete_functional(quad, x, torch.cat([x[:1] ** 2, v, x[-1:] ** 2])),
+        (x[1:-1] ** 2).clone())
+    assert H.shape == (n - 1, n - 1) and torch.allclose(H, dense, atol=1e-12)
+
+
+def test_hessian_signs_legendre_and_jacobi():
+    # convex F: positive definite at any path; the catenaries: the shallow one positive
+    # definite, the deep one has exactly one negative eigenvalue (a saddle, not a maximum)
+    x = torch.linspace(-1.0, 1.0, 65, **f64)
+    assert float(torch.linalg.eigvalsh(functional_hessian(quad, x, torch.cos(9 * x)))[0]) > 0
+    shallow = torch.linalg.eigvalsh(functional_hessian(soap, x, torch.cosh(x)))
+    deep = torch.linalg.eigvalsh(functional_hessian(soap, x, deep_catenary(x)))
+    assert float(shallow[0]) > 0
+    assert float(deep[0]) < 0 < float(deep[1])
+
+
+def test_functional_derivative_converges_to_the_residual_at_order_2():
+    # F = f'^2 + f^2 at f = x^2 (not stationary): delta J / delta f = 2 x^2 - 4
+    errors = []
+    for n in (8, 16, 32, 64, 128):
+        x = torch.linspace(0.0, 1.0, n + 1, **f64)
+        g = functional_derivative(quad, x, x ** 2)
+        errors.append(float((g - (2 * x[1:-1] ** 2 - 4)).abs().max()))
+        # the raw gradient tends to 0: the division by the weight is what converges
+        raw = g * (x[2:] - x[:-2]) / 2
+        assert float(raw.abs().max()) < 5.0 / n
+    assert all(1.9 < p < 2.1 for p in order(errors)), order(errors)
+    # a curved Lagrangian, against el_residual
+    x = torch.linspace(-1.0, 1.0, 257, **f64)
+    path = lambda t: torch.cosh(t) + 0.2 * torch.sin(2 * t)  # noqa: E731
+    g = functional_derivative(soap, x, path(x))
+    assert float((g - el_residual(soap, path, x[1:-1])).abs().max()) < 1e-4
+
+
+def test_functional_derivative_is_the_gradient_in_the_grids_inner_product():
+    # on a non-uniform grid: sum_i w_i g_i eta_i = d/de J_n[y + e eta], exactly
+    x = torch.linspace(0.0, 1.0, 17, **f64) ** 2
+    y = torch.sin(3 * x)
+    eta = torch.cat([torch.zeros(1, **f64), torch.cos(5 * x[1:-1]), torch.zeros(1, **f64)])
+    g = functional_derivative(soap, x, y + 2)
+    w = (x[2:] - x[:-2]) / 2
+    e = torch.zeros((), requires_grad=True, **f64)
+    (dJ,) = torch.autograd.grad(discrete_functional(soap, x, y + 2 + e * eta), e)
+    assert abs(float((w * g * eta[1:-1]).sum()) - float(dJ)) < 1e-12
+
+
+def test_functional_derivative_of_a_lagrangian_without_f():
+    x = torch.linspace(0.0, 1.0, 5, **f64)
+    assert torch.equal(functional_derivative(lambda x, f, p: x ** 2, x, x),
+                       torch.zeros(3, **f64))
+    # arc length: the straight line is stationary
+    assert float(functional_derivative(arc, x, 3 * x - 1).abs().max()) < 1e-13
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: second_variation("F", X, X, X), TypeError,
+     "second_variation: argument 'F' must be a callable"),
+    (lambda: second_variation(quad, X, X, X[:-1]), ValueError,
+     r"second_variation: argument 'eta' must have the shape of 'x'"),
+    (lambda: second_variation(quad, X, X, torch.arange(11)), TypeError,
+     "second_variation: argument 'eta' must have a floating-point dtype"),
+    (lambda: second_variation(quad, X, X, [0.0] * 11), TypeError,
+     "second_variation: argument 'eta' must be a torch.Tensor"),
+    (lambda: second_variation(quad, X, X, X * float("nan")), ValueError,
+     "second_variation: argument 'eta' contains NaN"),
+    (lambda: second_variation(quad, X, X + float("inf"), X), ValueError,
+     "second_variation: argument 'y'"),
+    (lambda: second_variation(quad, X.flip(0), X, X), ValueError,
+     "second_variation: argument 'x' must be strictly increasing"),
+    (lambda: second_variation(quad, X[:1], X[:1], X[:1]), ValueError,
+     "second_variation: argument 'x' must be 1-d with at least 2 points"),
+    (lambda: second_variation(lambda x, f, p: torch.sqrt(p ** 2), X, 0 * X, X), ValueError,
+     "second_variation: argument 'F' gives a non-finite second variation on this path "
+     r"\(F is not twice differentiable"),
+    (lambda: second_variation(lambda x, f: f, X, X, X), TypeError,
+     "second_variation: argument 'F' failed when called"),
+    (lambda: second_variation(lambda x, f, p: f.sum(), X, X, X), ValueError,
+     "second_variation: argument 'F' must act elementwise"),
+    (lambda: functional_hessian(quad, X[:2], X[:2]), ValueError,
+     "functional_hessian: argument 'y' must have at least 3 points"),
+    (lambda: functional_hessian(quad, X, X[:-1]), ValueError,
+     "functional_hessian: argument 'y' must have the shape of 'x'"),
+    (lambda: functional_hessian(lambda x, f, p: torch.sqrt(p ** 2), X, 0 * X), ValueError,
+     "functional_hessian: argument 'F' gives a non-finite Hessian"),
+    (lambda: functional_hessian(lambda x, f, p: torch.log(f) * p ** 2, X, X), ValueError,
+     "functional_hessian: argument 'F' gives a non-finite integral on this path "
+     r"\(the path leaves F's domain"),
+    (lambda: functional_hessian(None, X, X), TypeError,
+     "functional_hessian: argument 'F' must be a callable"),
+    (lambda: functional_derivative(quad, X[:2], X[:2]), ValueError,
+     "functional_derivative: argument 'y' must have at least 3 points"),
+    (lambda: functional_derivative(quad, X, X.int()), TypeError,
+     "functional_derivative: argument 'y' must have a floating-point dtype"),
+    (lambda: functional_derivative(lambda x, f, p: torch.log(f), X, X), ValueError,
+     "functional_derivative: argument 'F' gives a non-finite integral"),
+    (lambda: functional_derivative(lambda x, f, p: torch.sqrt(p ** 2), X, 0 * X), ValueError,
+     "functional_derivative: argument 'F' gives a non-finite gradient"),
+    (lambda: second_variation(lambda x, f, p: torch.log(f), X, X, X), ValueError,
+     "second_variation: argument 'F' gives a non-finite integral"),
+])
+def test_second_variation_hessian_derivative_bad_input(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def free_end_exact(x):
+    # F = f'^2 + f^2 - 2f, f(0) = 0, f(1) free: f'' = f - 1, natural condition f'(1) = 0
+    return 1 - torch.cosh(1 - x) / math.cosh(1.0)
+
+
+def test_free_end_meets_the_natural_boundary_condition_at_order_2():
+    F = lambda x, f, p: p ** 2 + f ** 2 - 2 * f  # noqa: E731
+    errors = []
+    for n in (8, 16, 32, 64):
+        res = minimize_functional(F, 0.0, 1.0, 0.0, None, n=n)
+        assert res.converged and float(res.f[0]) == 0.0
+        errors.append(float((res.f - free_end_exact(res.x)).abs().max()))
+    assert all(1.9 < p < 2.1 for p in order(errors)), order(errors)
+    # the free end's slope tends to 0 (one-sided difference: order 1)
+    slope = float((res.f[-1] - res.f[-2]) / (res.x[-1] - res.x[-2]))
+    assert abs(slope) < 2.0 / 64
+    # fixing the end at the found value gives the same path: the free end chose f(1)
+    fixed = minimize_functional(F, 0.0, 1.0, 0.0, float(res.f[-1]), n=64)
+    assert float((fixed.f - res.f).abs().max()) < 1e-10
+
+
+def test_free_left_end_and_both_ends_free():
+    F = lambda x, f, p: p ** 2 + f ** 2 - 2 * f  # noqa: E731
+    mirrored = minimize_functional(F, -1.0, 0.0, None, 0.0, n=32)
+    direct = minimize_functional(F, 0.0, 1.0, 0.0, None, n=32)
+    assert torch.allclose(mirrored.f.flip(0), direct.f, atol=1e-10)
+    both = minimize_functional(F, 0.0, 1.0, None, None, n=16)
+    assert both.converged and float((both.f - 1).abs().max()) < 1e-9
+
+
+def test_free_end_with_a_singular_start():
+    # the brachistochrone to the vertical line x = pi: the natural condition f'(pi) = 0 puts
+    # the end at the cycloid's lowest point, height -2 (the arch of radius 1)
+    res = minimize_functional(brach, 0.0, math.pi, 0.0, None, n=64,
+                              init=lambda x: -2 * x / math.pi - 0.1 * torch.sin(x))
+    assert res.converged
+    assert abs(float(res.f[-1]) + 2.0) < 1e-2
+    assert 0 < float(res.value) - cycloid_time(math.pi, -2.0) < 1e-4
+
+
+def test_grading_t2_gives_the_n2_log_n_law_and_t3_order_2():
+    # the t^2 grid's error is n^-2 (a log n + b): n^2 x error grows by one fixed step per
+    # doubling (measured 0.0126, 0.0128, 0.0128); on the t^3 grid n^2 x error is constant
+    t_star = cycloid_time(math.pi, -2.0)
+    ns = (16, 32, 64, 128)
+    scaled = {}
+    for k in (2, 3):
+        scaled[k] = [(float(minimize_functional(brach, 0.0, math.pi, 0.0, -2.0, n=n,
+                                                grading=k).value) - t_star) * n ** 2
+                     for n in ns]
+    steps = np.diff(scaled[2])
+    assert steps.min() > 0.01 and steps.max() / steps.min() < 1.05
+    assert max(scaled[3]) / min(scaled[3]) < 1.005
+    # grading 1 on a singular end is the uniform grid
+    a = minimize_functional(brach, 0.0, math.pi, 0.0, -2.0, n=16, grading=1)
+    b = minimize_functional(brach, 0.0, math.pi, 0.0, -2.0, n=16, singular="none")
+    assert torch.equal(a.x, b.x) and abs(float(a.value) - float(b.value)) < 1e-12
+
+
+@pytest.mark.parametrize("grading, exc, match", [
+    (0.5, ValueError, "minimize_functional: argument 'grading' must be >= 1"),
+    ("3", TypeError, "minimize_functional: argument 'grading' must be a real number"),
+    (float("inf"), ValueError, "minimize_functional: argument 'grading' must be finite"),
+])
+def test_grading_bad_input(grading, exc, match):
+    with pytest.raises(exc, match=match):
+        minimize_functional(brach, 0.0, math.pi, 0.0, -2.0, n=8, grading=grading)
+
+
+def test_grading_with_both_ends_singular_is_symmetric():
+    from softmaxbook.variational import _grid
+    for k in (2.0, 3.0, 4.0):
+        x = _grid(0.0, 1.0, 16, "both", torch.float64, None, k)
+        assert torch.allclose(x, 1 - x.flip(0), atol=1e-15)
+        assert bool((x[1:] > x[:-1]).all())
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, y: second_variation(quad, x, y, y),
+    lambda x, y: functional_hessian(quad, x, y),
+    lambda x, y: functional_derivative(quad, x, y),
+])
+def test_new_functions_reject_empty_and_infinite_paths(fn):
+    empty = torch.empty(0, **f64)
+    with pytest.raises(ValueError, match="is empty"):
+        fn(empty, empty)
+    x = torch.linspace(0.0, 1.0, 5, **f64)
+    for bad in (float("-inf"), float("inf")):
+        y = x.clone()
+        y[2] = bad
+        with pytest.raises(ValueError, match="argument 'y' contains"):
+            fn(x, y)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_hessian_and_derivative_keep_the_dtype(dtype):
+    x = torch.linspace(-1.0, 1.0, 17, **f64)
+    y = torch.cosh(x)
+    H64, g64 = functional_hessian(soap, x, y), functional_derivative(soap, x, y)
+    H, g = functional_hessian(soap, x.to(dtype), y.to(dtype)), functional_derivative(
+        soap, x.to(dtype), y.to(dtype))
+    assert H.dtype == dtype and g.dtype == dtype
+    eps, h = torch.finfo(dtype).eps, 2 / 16
+    assert float((H.double() - H64).abs().max()) < 10 * eps * float(H64.abs().max())
+    # the gradient of J_n sums terms of size |F_f'| ~ 1 that cancel to O(h); divided by the
+    # weight h, its rounding error is about eps / h (bfloat16 here: 4.5 eps / h)
+    assert float((g.double() - g64).abs().max()) < 10 * eps / h

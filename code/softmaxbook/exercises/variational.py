@@ -12,6 +12,10 @@ equation" (book/05_euler_lagrange.ipynb).
   sinh(x) / sinh(1) of the integral of f'^2 + f^2 with f(0) = 0, f(1) = 1, at points of [0, 1]
   (a path that misses an end, the solution of f'' = -f and the straight line get hints of their
   own).
+* ``variational-jacobi``: the coefficients P = F_f'f' and Q = F_ff - d/dx F_ff' of the second
+  variation along a path, for any Lagrangian F(x, f, fp), every derivative by autograd (a
+  missing term of the total derivative, the wrong sign, Gelfand and Fomin's factor 1/2 and P
+  and Q swapped get hints of their own).
 * ``variational-ex-catenary`` (a derivation's end result): ``catenary_invariant(f, fp)``, the
   quantity F - f' dF/df' = f / sqrt(1 + f'^2) that the Beltrami identity keeps constant for the
   hanging chain (F itself, the subtracted term alone, the wrong sign, dF/df' and dF/df get hints
@@ -458,4 +462,110 @@ def _check_catenary_invariant(invariant):
                        "differentiate F = f sqrt(1 + f'^2) in f' with f held fixed, multiply "
                        "by f', subtract from F and simplify over the common denominator.",
                        known)
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# variational-jacobi: the coefficients P = F_f'f' and Q = F_ff - d/dx F_ff' of the second
+# variation J''(0) = int (P eta'^2 + Q eta^2) dx along a path (issue 27, sufficiency)
+def _chain_x(x, f, p):  # F_ff' = x^2 + 2p depends on x: catches a missing partial-x term
+    return x ** 2 * f * p + f * p ** 2
+
+
+def _coupled(x, f, p):  # F_ff' = 2 f p depends on f: catches a missing f' F_ff'f term
+    return f ** 2 * p ** 2 / 2
+
+
+_JACOBI_CASES = [
+    # (description, F, f, x, exact (P, Q)); every case's Q has a term that a plausible
+    # mistake drops: the catenary's f'' term, _chain_x's partial-x term, _coupled's f' term
+    ("F = fp**2 + f**2, f = sin(x)", _quad, torch.sin, _X,
+     lambda x: (torch.full_like(x, 2.0), torch.full_like(x, 2.0))),
+    ("F = f*sqrt(1 + fp**2) (the catenary's), f = cosh(x)", _catenary, torch.cosh, _X,
+     lambda x: (1 / torch.cosh(x) ** 2, -1 / torch.cosh(x) ** 2)),
+    ("F = f*sqrt(1 + fp**2), f = 0.7*cosh(x/0.7)", _catenary,
+     lambda x: 0.7 * torch.cosh(x / 0.7), _X,
+     lambda x: (0.7 / torch.cosh(x / 0.7) ** 2, -1 / (0.7 * torch.cosh(x / 0.7) ** 2))),
+    ("F = x**2*f*fp + f*fp**2, f = sin(x)", _chain_x, torch.sin, _X,
+     lambda x: (2 * torch.sin(x), -2 * x + 2 * torch.sin(x))),
+    ("F = f**2*fp**2/2, f = x**2 + 1", _coupled, lambda x: x ** 2 + 1, _X,
+     lambda x: ((x ** 2 + 1) ** 2, -8 * x ** 2 - 4)),
+    ("F = sqrt(1 + fp**2) (arc length), f = x**2", _arc, lambda x: x ** 2, _X,
+     lambda x: (1 / (1 + 4 * x ** 2) ** 1.5, torch.zeros_like(x))),
+]
+
+
+def _jacobi_parts(F, f, x):
+    """The pieces of P and Q along f at x, by torch.func (for the hints only; the expected
+    values are the closed forms above): F_f', F_f'f', F_ff, and the three terms of the total
+    derivative d/dx F_ff' = F_ff'x + F_ff'f f' + F_ff'f' f''."""
+    from torch.func import grad, vmap
+    flat = x.detach().reshape(-1)
+    y, yp, ypp = f(flat), vmap(grad(f))(flat), vmap(grad(grad(f)))(flat)
+    F_f, F_p = grad(F, argnums=1), grad(F, argnums=2)
+    d_x, d_f, d_p = vmap(grad(grad(F_f, argnums=2), argnums=(0, 1, 2)))(flat, y, yp)
+    parts = {"Fp": vmap(F_p)(flat, y, yp), "P": vmap(grad(F_p, argnums=2))(flat, y, yp),
+             "Fff": vmap(grad(F_f, argnums=1))(flat, y, yp),
+             "Tx": d_x, "Tf": d_f * yp, "Tp": d_p * ypp}
+    return {k: v.detach().reshape(x.shape) for k, v in parts.items()}
+
+
+@exercise("variational-jacobi", "the coefficients P and Q of the second variation")
+def _check_jacobi(jacobi_coefficients):
+    """``jacobi_coefficients(F, f, x)`` -> (P, Q), P = F_f'f', Q = F_ff - d/dx F_ff'."""
+    cases = list(_JACOBI_CASES)
+    if check_salt():  # the grader's secret salt: every case again at random points
+        g = check_generator(73)
+        for name, F, f, x, exact in _JACOBI_CASES:
+            lo, hi = float(x[0]), float(x[-1])
+            xr = (lo + (hi - lo) * torch.rand(len(x), generator=g, dtype=torch.float64)).sort()
+            cases.append((name, F, f, xr.values, exact))
+    for name, F, f, x, exact in cases:
+        desc = f"{name}, x = {describe(x)}"
+        arg = x.clone()
+        beside: list = []
+        with watch_calls(variational.el_residual, variational.second_variation,
+                         variational.functional_hessian) as seen:
+            got = call(jacobi_coefficients, F, _recording_points(f, x, beside), arg,
+                       input_desc=desc)
+        expect_true(not seen,
+                    f"for input {desc} your function calls softmaxbook.variational."
+                    f"{seen[0] if seen else ''}, which this exercise asks you to do without.",
+                    hint="take every derivative with torch.autograd.grad yourself.")
+        expect_true(isinstance(got, (tuple, list)) and len(got) == 2,
+                    f"for input {desc} the result should be a pair (P, Q) of tensors, got "
+                    f"{describe(got)}.", hint="return P, Q")
+        P, Q = got
+        for part, what in ((P, "P"), (Q, "Q")):
+            _expect_float64_tensor(part, arg, x, f"{desc} ({what})")
+        _expect_only_at_x(beside, desc, "f′ and f″ (create_graph=True for the first)")
+        P_exact, Q_exact = exact(x)
+        parts = _jacobi_parts(F, f, x)
+        total = parts["Tx"] + parts["Tf"] + parts["Tp"]
+        swapped = "P and Q are swapped: P = F_f′f′ multiplies η′², Q multiplies η²."
+        half = ("that is half of it, Gelfand and Fomin's ½ of the second variation; here "
+                "J″(0) = ∫ (P η′² + Q η²) dx, without the ½.")
+        expect_formula(P.detach(), P_exact, {"x": x}, desc, "P", P_exact.abs() + 1,
+                       "P is the second partial derivative of F in f′ (x and f held fixed), "
+                       "evaluated along the path; it must come from autograd, the check "
+                       "compares to 1e-9.",
+                       ((Q_exact, swapped), (P_exact / 2, half),
+                        (parts["Fp"], "that is ∂F/∂f′; P is its derivative in f′ again.")))
+        expect_formula(Q.detach(), Q_exact, {"x": x}, desc, "Q", Q_exact.abs() + 1,
+                       "Q = F_ff − d/dx F_ff′ with the total derivative along the path, "
+                       "d/dx F_ff′ = ∂/∂x F_ff′ + f′ ∂/∂f F_ff′ + f″ ∂/∂f′ F_ff′; every "
+                       "derivative by autograd (the check compares to 1e-9).",
+                       # the first that matches is shown: where two coincide (on the catenary
+                       # F_ff alone equals Q without its f'' term) both hints are true
+                       ((parts["Fff"] + total, "mind the sign: Q = F_ff − d/dx F_ff′."),
+                        (Q_exact / 2, half),
+                        (Q_exact + parts["Tx"], "the total derivative misses the explicit "
+                                                "x-dependence of F_ff′, the term ∂/∂x F_ff′."),
+                        (Q_exact + parts["Tf"], "the total derivative misses the term "
+                                                "f′ ∂/∂f F_ff′."),
+                        (Q_exact + parts["Tp"], "the total derivative misses the term "
+                                                "f″ ∂/∂f′ F_ff′."),
+                        (parts["Fff"], "that is F_ff alone: subtract the total derivative "
+                                       "d/dx F_ff′ along the path."),
+                        (P_exact, swapped)))
     return len(cases)
