@@ -677,3 +677,75 @@ def test_corpus_helpers():
         skipgram_pairs(torch.arange(3.0), 1)
     with pytest.raises(ValueError, match="^subsample_keep_probs: argument 't' must be > 0"):
         subsample_keep_probs(torch.tensor([1, 2]), t=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# nce_asymptotic_covariance (issue 26: the best noise distribution)
+# ------------------------------------------------------------------------------------------------
+def _zipf(V=50, a=1.2):
+    lw = torch.log(torch.arange(1, V + 1, dtype=torch.float64))
+    jac = torch.stack([-lw, -torch.ones(V, dtype=torch.float64)], 1)
+    p = torch.softmax(-a * lw, 0)
+    fisher_a = float((p * lw**2).sum() - (p * lw).sum() ** 2)
+    return lw, jac, p, fisher_a
+
+
+@pytest.mark.parametrize("k", [1, 3, 10, 0.5])
+def test_asymptotic_covariance_at_q_equal_p_is_one_plus_one_over_k(k):
+    from softmaxbook.nce import nce_asymptotic_covariance
+    lw, jac, p, fisher_a = _zipf()
+    cov = nce_asymptotic_covariance(p.log(), p.log(), k, jac)
+    assert float(cov[0, 0]) * fisher_a == pytest.approx(1 + 1 / k, rel=1e-10)
+    assert torch.allclose(cov, cov.T, atol=1e-12)
+    # positive semi-definite (at q = p one direction, a mix of a and log Z, has no variance)
+    assert bool((torch.linalg.eigvalsh(cov) > -1e-10).all())
+
+
+def test_asymptotic_covariance_falls_with_k_and_matches_simulated_fits():
+    from softmaxbook.nce import nce_asymptotic_covariance
+    V, a0 = 8, 1.0
+    lw, jac, p, fisher_a = _zipf(V, a0)
+    q = torch.softmax(-0.3 * lw, 0)
+    ratios = [float(nce_asymptotic_covariance(p.log(), q.log(), k, jac)[0, 0]) * fisher_a
+              for k in (1, 3, 10, 100, 1000)]
+    assert all(x > y for x, y in zip(ratios, ratios[1:])) and ratios[-1] < 1.01
+    # simulated: R data sets of n words and k n noise words, NCE fitted by Newton
+    g = np.random.default_rng(2612)
+    R, n, k = 3000, 4000, 2
+    nd = torch.from_numpy(g.multinomial(n, p.numpy(), size=R)).double()
+    nn = torch.from_numpy(g.multinomial(n * k, q.numpy(), size=R)).double()
+    th = torch.tensor([1.0, float(torch.logsumexp(-lw, 0))], dtype=torch.float64).repeat(R, 1)
+    log_kq = torch.log(k * q)
+    for _ in range(40):
+        d = -th[:, :1] * lw - th[:, 1:] - log_kq
+        r = -nd * torch.sigmoid(-d) + nn * torch.sigmoid(d)
+        h = (nd + nn) * torch.sigmoid(d) * torch.sigmoid(-d)
+        hess = torch.einsum("rv,vi,vj->rij", h, jac, jac)
+        th = th - torch.linalg.solve(hess, r @ jac)
+    var_a = float(th[:, 0].var()) * n
+    theory = float(nce_asymptotic_covariance(p.log(), q.log(), k, jac)[0, 0])
+    # a variance from 3000 replicates has a relative sd ~ sqrt(2/3000) = 2.6 %; 15 % is ~6 sd
+    # (plus the O(1/n) finite-sample bias, small at n = 4000)
+    assert var_a == pytest.approx(theory, rel=0.15)
+
+
+def test_asymptotic_covariance_bad_input():
+    from softmaxbook.nce import nce_asymptotic_covariance
+    lw, jac, p, _ = _zipf(5)
+    lp = p.log()
+    with pytest.raises(ValueError, match="argument 'log_p' must be 1-d"):
+        nce_asymptotic_covariance(lp[None], lp, 1, jac)
+    with pytest.raises(ValueError, match="argument 'log_q' must have the shape"):
+        nce_asymptotic_covariance(lp, lp[:3], 1, jac)
+    with pytest.raises(ValueError, match="argument 'jacobian' must have shape"):
+        nce_asymptotic_covariance(lp, lp, 1, jac[:3])
+    with pytest.raises(ValueError, match="argument 'log_q' must be finite"):
+        nce_asymptotic_covariance(lp, torch.cat([lp[:4], lp.new_tensor([-math.inf])]), 1, jac)
+    with pytest.raises(ValueError, match="argument 'log_q' must hold log-probabilities"):
+        nce_asymptotic_covariance(lp, lp - 1, 1, jac)
+    with pytest.raises(ValueError, match="argument 'k'"):
+        nce_asymptotic_covariance(lp, lp, 0, jac)
+    with pytest.raises(ValueError, match="argument 'log_p'"):
+        nce_asymptotic_covariance(torch.full((5,), math.nan), lp, 1, jac)
+    with pytest.raises(TypeError, match="argument 'jacobian'"):
+        nce_asymptotic_covariance(lp, lp, 1, [[1.0]])

@@ -81,6 +81,7 @@ __all__ = [
     "build_vocabulary",
     "subsample_keep_probs",
     "skipgram_pairs",
+    "nce_asymptotic_covariance",
 ]
 
 def _check_probs(probs, name: str, func: str) -> torch.Tensor:
@@ -766,3 +767,76 @@ def skipgram_pairs(ids: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.
     if not centres:
         raise ValueError(f"{func}: argument 'ids' needs at least 2 words, got {ids.numel()}")
     return torch.cat(centres).long(), torch.cat(contexts).long()
+
+
+# ---------------------------------------------------------------------------------------------
+# Asymptotic efficiency (issue 26: the best noise distribution)
+# ---------------------------------------------------------------------------------------------
+def nce_asymptotic_covariance(log_p: torch.Tensor, log_q: torch.Tensor, k: float,
+                              jacobian: torch.Tensor) -> torch.Tensor:
+    """Asymptotic covariance of the NCE estimate, times ``n`` (the number of data words).
+
+    For a model ``log p_θ(w)`` with its normaliser learned as a parameter, correctly specified
+    (``log p`` is the truth and the model's value at ``θ*``), fitted by minimising the NCE loss
+    with ``k`` noise words from ``q`` per data word, ``√n (θ̂ - θ*)`` tends to a normal law with
+    covariance ``H⁻¹ M H⁻¹`` (the "sandwich" of an M-estimator; Gutmann & Hyvärinen 2012,
+    Thm. 3): with the log-odds ``d = log p - log(k q)`` and ``J = ∂ log p_θ / ∂θ``,
+
+        H = Σ_w (p + k q) σ(d) σ(-d) J Jᵀ,
+        M = Cov_p(σ(-d) J) + k Cov_q(σ(d) J).
+
+    At ``q = p`` it is ``(1 + 1/k)`` times maximum likelihood's ``I⁻¹`` (with the same
+    parameters); Chehab et al. (2022) show that the ``q`` which minimises it is in general
+    neither ``p`` nor a fixed power of the unigram law.
+
+    Parameters
+    ----------
+    log_p, log_q : Tensor [V]
+        Log-probabilities of the data law and of the noise (finite: ``q > 0`` wherever
+        ``p > 0`` is what makes NCE consistent; here both must be positive everywhere).
+    k : float
+        Noise words per data word, > 0.
+    jacobian : Tensor [V, P]
+        ``∂ log p_θ(w) / ∂θ`` at ``θ*``, the normaliser's parameter included (its column is -1).
+
+    Returns
+    -------
+    Tensor [P, P], float64.
+    """
+    func = "nce_asymptotic_covariance"
+    log_p = as_float_tensor(log_p, "log_p", func)
+    log_q = as_float_tensor(log_q, "log_q", func)
+    jacobian = as_float_tensor(jacobian, "jacobian", func)
+    if log_p.dim() != 1 or log_p.numel() < 2:
+        raise ValueError(f"{func}: argument 'log_p' must be 1-d with at least 2 words, got "
+                         f"shape {tuple(log_p.shape)}")
+    if log_q.shape != log_p.shape:
+        raise ValueError(f"{func}: argument 'log_q' must have the shape of 'log_p' "
+                         f"{tuple(log_p.shape)}, got {tuple(log_q.shape)}")
+    if jacobian.dim() != 2 or jacobian.shape[0] != log_p.numel():
+        raise ValueError(f"{func}: argument 'jacobian' must have shape (V, P) with "
+                         f"V={log_p.numel()}, got {tuple(jacobian.shape)}")
+    for name, x in (("log_p", log_p), ("log_q", log_q), ("jacobian", jacobian)):
+        check_no_nan(x, name, func)
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{func}: argument '{name}' must be finite")
+    for name, x in (("log_p", log_p), ("log_q", log_q)):
+        total = float(torch.logsumexp(x.double(), 0))
+        if abs(total) > 1e-6:
+            raise ValueError(f"{func}: argument '{name}' must hold log-probabilities (their exp "
+                             f"summing to 1), got logsumexp {total:.6g}")
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k <= 0:
+        raise ValueError(f"{func}: argument 'k' must be a finite number > 0, got {k!r}")
+    lp, lq, jac = log_p.double(), log_q.double(), jacobian.double()
+    p, q = lp.exp(), lq.exp()
+    d = lp - lq - math.log(k)
+    sp, sn = torch.sigmoid(d), torch.sigmoid(-d)
+    H = (jac.T * ((p + k * q) * sp * sn)) @ jac
+
+    def cov(g, w):
+        m = (w[:, None] * g).sum(0)
+        return (g.T * w) @ g - torch.outer(m, m)
+
+    M = cov(-sn[:, None] * jac, p) + k * cov(sp[:, None] * jac, q)
+    Hi = torch.linalg.inv(H)
+    return Hi @ M @ Hi
