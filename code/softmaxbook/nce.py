@@ -780,14 +780,14 @@ def nce_asymptotic_covariance(log_p: torch.Tensor, log_q: torch.Tensor, k: float
     (``log p`` is the truth and the model's value at ``θ*``), fitted by minimising the NCE loss
     with ``k`` noise words from ``q`` per data word, ``√n (θ̂ - θ*)`` tends to a normal law with
     covariance ``H⁻¹ M H⁻¹`` (the "sandwich" of an M-estimator; Gutmann & Hyvärinen 2012,
-    Thm. 3): with the log-odds ``d = log p - log(k q)`` and ``J = ∂ log p_θ / ∂θ``,
+    on NCE's asymptotic normality): with the log-odds ``d = log p - log(k q)`` and ``J = ∂ log p_θ / ∂θ``,
 
         H = Σ_w (p + k q) σ(d) σ(-d) J Jᵀ,
         M = Cov_p(σ(-d) J) + k Cov_q(σ(d) J).
 
     At ``q = p`` it is ``(1 + 1/k)`` times maximum likelihood's ``I⁻¹`` (with the same
-    parameters); Chehab et al. (2022) show that the ``q`` which minimises it is in general
-    neither ``p`` nor a fixed power of the unigram law.
+    parameters); Chehab et al. (2022) show that the ``q`` which minimises it is in general not
+    ``p``.
 
     Parameters
     ----------
