@@ -764,3 +764,46 @@ def test_jacobi_closed_forms_match_autograd():
         P, Q = jacobi_by_autograd(F, f, x)
         Pe, Qe = exact(x)
         assert torch.allclose(P, Pe, atol=1e-12) and torch.allclose(Q, Qe, atol=1e-12), name
+
+
+def jacobi_by_differences_in_F(h, order=2):
+    """F_ff, F_f'f' and F_ff' by torch.func, the three partials of F_ff' by a central difference
+    in F's own arguments: f is called at the points x only, so the path's guard cannot see it.
+    Before the R5 review this passed at h = 1e-5 and 1e-6 (the check handed F over raw)."""
+    def jacobi(F, f, x):
+        x = x.detach()
+        y, yp, ypp = f(x), vmap(fgrad(f))(x), vmap(fgrad(fgrad(f)))(x)
+        F_f, F_p = fgrad(F, argnums=1), fgrad(F, argnums=2)
+        P = vmap(fgrad(F_p, argnums=2))(x, y, yp)
+        F_ff = vmap(fgrad(F_f, argnums=1))(x, y, yp)
+        G = vmap(fgrad(F_f, argnums=2))
+
+        def partial(k):
+            def at(s):
+                args = [x, y, yp]
+                args[k] = args[k] + s
+                return G(*args)
+            if order == 2:
+                return (at(h) - at(-h)) / (2 * h)
+            return (8 * (at(h) - at(-h)) - (at(2 * h) - at(-2 * h))) / (12 * h)
+        Q = F_ff - (partial(0) + partial(1) * yp + partial(2) * ypp)
+        return P.detach(), Q.detach()
+    return jacobi
+
+
+@pytest.mark.parametrize("h, order", [(1e-5, 2), (1e-6, 2), (1e-3, 4), (1e-4, 4),
+                                      (1e-2, 4)])
+def test_jacobi_rejects_finite_differences_in_Fs_arguments(h, order):
+    with pytest.raises(ExerciseCheckFailed, match="(?s)Q.*finite difference in F's arguments"):
+        check("variational-jacobi", jacobi_by_differences_in_F(h, order))
+
+
+@pytest.mark.parametrize("answer", [jacobi_variant(), jacobi_by_autograd,
+                                    jacobi_by_composite])
+def test_jacobi_accepts_right_answers_under_a_salt(answer):
+    # the off-path term of F must stay invisible at the salted random points too
+    from softmaxbook.exercises import salted
+    for salt in (1, 12345, 2 ** 31 - 1):
+        with salted(salt):
+            result = check("variational-jacobi", answer)
+            assert result and "correct on 12 test cases" in " ".join(str(result).split())

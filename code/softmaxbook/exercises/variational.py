@@ -495,6 +495,45 @@ _JACOBI_CASES = [
 ]
 
 
+# An off-path term for the Lagrangian handed to the learner (R5 review): the path's guard above
+# sees only calls of f, so F_ff', F_ff and F_f'f' by autograd with the three partials of F_ff'
+# taken by a central difference in F's own arguments (f called at x only) passed at h = 1e-5 and
+# 1e-6. M psi(u), psi(u) = u^4.5 for u > 0 and 0 otherwise, is zero with its first three
+# derivatives at u = 0, so the partial derivatives that P and Q need (up to third order) are
+# unchanged on the path, while a stencil beside it sees about M h^1.5 or more. The power is not
+# an integer: a one-sided u^5 (a polynomial on each side) is cancelled exactly by the 4th-order
+# stencil (8 (g(h) - g(-h)) - (g(2h) - g(-2h))) / 12h of its second derivative 20 u^3.
+_OFF_PATH_WEIGHT = 1e8
+
+
+def _psi(u: torch.Tensor) -> torch.Tensor:
+    # u^4 sqrt(u) for u > 0, else 0; autograd sees u^4 times a constant (the root of the
+    # detached u, 0 on the path), so no derivative of abs or of sqrt at 0 is ever taken
+    # (see _off_point_term)
+    return u ** 4 * u.detach().clamp(min=0).sqrt()
+
+
+def _off_path_lagrangian(F, x: torch.Tensor, y: torch.Tensor, yp: torch.Tensor):
+    """``F`` plus M psi of the offsets of (x, f, f') from the path's values at the nearest check
+    point: the same value and partial derivatives up to the third at every (x_i, f(x_i),
+    f'(x_i)), wrong beside them."""
+    table = torch.stack([x.reshape(-1), y.reshape(-1), yp.reshape(-1)])
+
+    def F_checked(t, f, p):
+        value = F(t, f, p)
+        if not all(isinstance(v, torch.Tensor) and v.is_floating_point() for v in (t, f, p)):
+            return value
+        d = t.unsqueeze(-1) - table[0].to(t.dtype)
+        nearest = d.detach().abs().argmin(-1, keepdim=True)
+        u_x = torch.gather(d, -1, nearest).squeeze(-1)
+        rows = table.to(t.dtype)
+        u_f = f - torch.gather(rows[1].expand_as(d), -1, nearest).squeeze(-1)
+        u_p = p - torch.gather(rows[2].expand_as(d), -1, nearest).squeeze(-1)
+        term = _psi(u_f) + _psi(u_p) + _psi(u_x + u_f + u_p)
+        return value + _OFF_PATH_WEIGHT * term.to(value.dtype)
+    return F_checked
+
+
 def _jacobi_parts(F, f, x):
     """The pieces of P and Q along f at x, by torch.func (for the hints only; the expected
     values are the closed forms above): F_f', F_f'f', F_ff, and the three terms of the total
@@ -506,7 +545,7 @@ def _jacobi_parts(F, f, x):
     d_x, d_f, d_p = vmap(grad(grad(F_f, argnums=2), argnums=(0, 1, 2)))(flat, y, yp)
     parts = {"Fp": vmap(F_p)(flat, y, yp), "P": vmap(grad(F_p, argnums=2))(flat, y, yp),
              "Fff": vmap(grad(F_f, argnums=1))(flat, y, yp),
-             "Tx": d_x, "Tf": d_f * yp, "Tp": d_p * ypp}
+             "Tx": d_x, "Tf": d_f * yp, "Tp": d_p * ypp, "yp": yp}
     return {k: v.detach().reshape(x.shape) for k, v in parts.items()}
 
 
@@ -524,9 +563,11 @@ def _check_jacobi(jacobi_coefficients):
         desc = f"{name}, x = {describe(x)}"
         arg = x.clone()
         beside: list = []
+        parts = _jacobi_parts(F, f, x)
+        F_checked = _off_path_lagrangian(F, x, f(x), parts["yp"])
         with watch_calls(variational.el_residual, variational.second_variation,
                          variational.functional_hessian) as seen:
-            got = call(jacobi_coefficients, F, _recording_points(f, x, beside), arg,
+            got = call(jacobi_coefficients, F_checked, _recording_points(f, x, beside), arg,
                        input_desc=desc)
         expect_true(not seen,
                     f"for input {desc} your function calls softmaxbook.variational."
@@ -540,21 +581,23 @@ def _check_jacobi(jacobi_coefficients):
             _expect_float64_tensor(part, arg, x, f"{desc} ({what})")
         _expect_only_at_x(beside, desc, "f′ and f″ (create_graph=True for the first)")
         P_exact, Q_exact = exact(x)
-        parts = _jacobi_parts(F, f, x)
         total = parts["Tx"] + parts["Tf"] + parts["Tp"]
         swapped = "P and Q are swapped: P = F_f′f′ multiplies η′², Q multiplies η²."
         half = ("that is half of it, Gelfand and Fomin's ½ of the second variation; here "
                 "J″(0) = ∫ (P η′² + Q η²) dx, without the ½.")
         expect_formula(P.detach(), P_exact, {"x": x}, desc, "P", P_exact.abs() + 1,
                        "P is the second partial derivative of F in f′ (x and f held fixed), "
-                       "evaluated along the path; it must come from autograd, the check "
-                       "compares to 1e-9.",
+                       "evaluated along the path, by autograd: the F given here is exact on "
+                       "the path only, so a finite difference in F's arguments misses by far "
+                       "more than the check's 1e-9.",
                        ((Q_exact, swapped), (P_exact / 2, half),
                         (parts["Fp"], "that is ∂F/∂f′; P is its derivative in f′ again.")))
         expect_formula(Q.detach(), Q_exact, {"x": x}, desc, "Q", Q_exact.abs() + 1,
                        "Q = F_ff − d/dx F_ff′ with the total derivative along the path, "
                        "d/dx F_ff′ = ∂/∂x F_ff′ + f′ ∂/∂f F_ff′ + f″ ∂/∂f′ F_ff′; every "
-                       "derivative by autograd (the check compares to 1e-9).",
+                       "derivative by autograd: the F given here is exact on the path only, "
+                       "so a finite difference in F's arguments misses by far more than the "
+                       "check's 1e-9.",
                        # the first that matches is shown: where two coincide (on the catenary
                        # F_ff alone equals Q without its f'' term) both hints are true
                        ((parts["Fff"] + total, "mind the sign: Q = F_ff − d/dx F_ff′."),
