@@ -858,3 +858,14 @@ def test_hessian_and_derivative_keep_the_dtype(dtype):
     # the gradient of J_n sums terms of size |F_f'| ~ 1 that cancel to O(h); divided by the
     # weight h, its rounding error is about eps / h (bfloat16 here: 4.5 eps / h)
     assert float((g.double() - g64).abs().max()) < 10 * eps / h
+
+
+def test_hessian_is_only_semidefinite_at_a_degenerate_strict_minimum():
+    # the docstring's claim (R5 review): a strict local minimum need not have a positive
+    # definite Hessian. J = int f'^4 + f^4 is smallest, 0, at f = 0 alone; its Hessian is 0
+    x = torch.linspace(0.0, 1.0, 9, dtype=torch.float64)
+    F = lambda x, f, p: p ** 4 + f ** 4  # noqa: E731
+    zero = torch.zeros_like(x)
+    assert torch.equal(functional_hessian(F, x, zero), torch.zeros(7, 7, dtype=x.dtype))
+    bump = torch.sin(math.pi * x)
+    assert float(discrete_functional(F, x, 1e-3 * bump)) > 0

@@ -447,11 +447,14 @@ def functional_hessian(F: Callable, x: torch.Tensor, y: torch.Tensor) -> torch.T
     y[i+1] only, so the Hessian is tridiagonal. It is recovered exactly from three
     Hessian-vector products by autograd (probe vectors with ones at the indices ≡ 0, 1, 2 mod 3:
     each row meets exactly one nonzero entry per probe). With the ends held fixed,
-    ηᵀ H η = :func:`second_variation` along the η that is 0 at both ends; H is positive
-    definite at a strict local minimum of J_n, and an eigenvector with a negative eigenvalue is
-    a direction along which J_n decreases. Its eigenvalues scale with the grid; the signs do
-    not (Sylvester's law of inertia), which is how the discrete problem sees Legendre's and
-    Jacobi's conditions (Gelfand & Fomin 1963, ch. 5).
+    ηᵀ H η = :func:`second_variation` along the η that is 0 at both ends. At a stationary
+    path, H positive definite makes it a strict local minimum of J_n; H is positive
+    semidefinite at every local minimum (F = f′⁴ + f⁴ at f = 0: the strict minimum, H = 0);
+    an eigenvector with a negative eigenvalue is a direction along which J_n decreases. The
+    eigenvalues depend on the inner product (the L² Hessian W^(-1/2) H W^(-1/2), W the
+    trapezoid weights, has others), their signs do not (Sylvester's law of inertia): that is
+    how the discrete problem sees Legendre's and Jacobi's conditions (Gelfand & Fomin 1963,
+    ch. 5).
 
     Parameters
     ----------
