@@ -4,6 +4,7 @@ population optima, and one clear error per kind of bad input."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import pathlib
 import runpy
@@ -749,3 +750,103 @@ def test_asymptotic_covariance_bad_input():
         nce_asymptotic_covariance(torch.full((5,), math.nan), lp, 1, jac)
     with pytest.raises(TypeError, match="argument 'jacobian'"):
         nce_asymptotic_covariance(lp, lp, 1, [[1.0]])
+
+
+# ------------------------------------------------------------------------------------------------
+# infonce_exact (issue 26: InfoNCE and its log(k + 1) ceiling)
+# ------------------------------------------------------------------------------------------------
+def _symmetric_joint(m, eps):
+    P = torch.full((m, m), eps / m, dtype=torch.float64) + (1 - eps) * torch.eye(m, **f64)
+    return P / m
+
+
+def _mutual_information(P):
+    px, py = P.sum(1), P.sum(0)
+    nz = P > 0
+    return float((P[nz] * (P[nz].log() - torch.outer(px, py)[nz].log())).sum())
+
+
+def _brute_infonce(P, k, f):
+    py = P.sum(0)
+    m, n = P.shape
+    total = 0.0
+    for x in range(m):
+        for y0 in range(n):
+            if P[x, y0] == 0:
+                continue
+            for negs in itertools.product(range(n), repeat=k):
+                w = float(P[x, y0]) * math.prod(float(py[y]) for y in negs)
+                e0 = math.exp(float(f[x, y0]))
+                s = e0 + sum(math.exp(float(f[x, y])) for y in negs)
+                total += w * math.log((k + 1) * e0 / s)
+    return total
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_infonce_exact_equals_brute_force(k):
+    from softmaxbook.nce import infonce_exact
+    g = torch.Generator().manual_seed(k)
+    P = torch.rand(3, 4, generator=g, **f64) ** 2
+    P /= P.sum()
+    crit = torch.randn(3, 4, generator=g, **f64)
+    assert float(infonce_exact(P, k, crit)) == pytest.approx(_brute_infonce(P, k, crit),
+                                                             abs=1e-12)
+    px, py = P.sum(1), P.sum(0)
+    best = P.log() - px.log()[:, None] - py.log()[None, :]
+    assert float(infonce_exact(P, k)) == pytest.approx(_brute_infonce(P, k, best), abs=1e-12)
+    # a joint with zeros: the default critic is -inf there
+    Z = P.clone()
+    Z[0, 1] = Z[2, 3] = 0.0
+    Z /= Z.sum()
+    pz, qz = Z.sum(1), Z.sum(0)
+    fz = Z.log() - pz.log()[:, None] - qz.log()[None, :]
+    assert float(infonce_exact(Z, k)) == pytest.approx(_brute_infonce(Z, k, fz), abs=1e-12)
+
+
+def test_infonce_bounds_ceiling_and_limits():
+    from softmaxbook.nce import infonce_exact
+    # independent: exactly 0
+    ind = torch.outer(torch.tensor([0.2, 0.8], **f64), torch.tensor([0.5, 0.3, 0.2], **f64))
+    assert abs(float(infonce_exact(ind, 5))) < 1e-14
+    for m, eps in [(4, 0.05), (16, 0.02), (16, 0.6), (64, 0.02)]:
+        P = _symmetric_joint(m, eps)
+        mi = _mutual_information(P)
+        vals = [float(infonce_exact(P, k)) for k in (1, 3, 7, 31, 255)]
+        for k, v in zip((1, 3, 7, 31, 255), vals):
+            assert v <= min(mi, math.log(k + 1)) + 1e-12, (m, eps, k)
+        assert all(a < b for a, b in zip(vals, vals[1:]))
+    # the ceiling binds: high information, few negatives
+    P = _symmetric_joint(64, 0.02)
+    assert _mutual_information(P) > 3.9 and float(infonce_exact(P, 3)) > 0.9 * math.log(4)
+    # the limit: low information, many negatives
+    P = _symmetric_joint(64, 0.8)
+    assert float(infonce_exact(P, 1023)) > 0.99 * _mutual_information(P)
+    # adding a function of x to the critic changes nothing
+    g = torch.Generator().manual_seed(9)
+    P = torch.rand(3, 3, generator=g, **f64)
+    P /= P.sum()
+    crit = torch.randn(3, 3, generator=g, **f64)
+    shift = torch.tensor([[5.0], [-40.0], [300.0]], **f64)
+    assert float(infonce_exact(P, 4, crit + shift)) == pytest.approx(
+        float(infonce_exact(P, 4, crit)), abs=1e-12)
+
+
+def test_infonce_bad_input():
+    from softmaxbook.nce import infonce_exact
+    P = _symmetric_joint(3, 0.5)
+    with pytest.raises(ValueError, match="argument 'joint' must have shape"):
+        infonce_exact(P[:, :1], 1)
+    with pytest.raises(ValueError, match="argument 'joint' must sum to 1"):
+        infonce_exact(2 * P, 1)
+    with pytest.raises(ValueError, match="argument 'joint' must be non-negative"):
+        infonce_exact(P - 0.2, 1)
+    with pytest.raises(ValueError, match="positive mass"):
+        infonce_exact(torch.tensor([[0.5, 0.0], [0.5, 0.0]], **f64), 1)
+    with pytest.raises(ValueError, match="argument 'k'"):
+        infonce_exact(P, 0)
+    with pytest.raises(ValueError, match="argument 'critic' must have the shape"):
+        infonce_exact(P, 1, torch.zeros(2, 2))
+    with pytest.raises(ValueError, match="argument 'critic'"):
+        infonce_exact(P, 1, torch.full((3, 3), math.inf))
+    with pytest.raises(ValueError, match="too many"):
+        infonce_exact(P, 3000, torch.randn(3, 3, generator=torch.Generator().manual_seed(0)))

@@ -51,6 +51,7 @@ References
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -82,6 +83,7 @@ __all__ = [
     "subsample_keep_probs",
     "skipgram_pairs",
     "nce_asymptotic_covariance",
+    "infonce_exact",
 ]
 
 def _check_probs(probs, name: str, func: str) -> torch.Tensor:
@@ -840,3 +842,102 @@ def nce_asymptotic_covariance(log_p: torch.Tensor, log_q: torch.Tensor, k: float
     M = cov(-sn[:, None] * jac, p) + k * cov(sp[:, None] * jac, q)
     Hi = torch.linalg.inv(H)
     return Hi @ M @ Hi
+
+
+def infonce_exact(joint: torch.Tensor, k: int, critic: torch.Tensor | None = None) -> torch.Tensor:
+    """The InfoNCE bound on the mutual information of a discrete pair, exactly.
+
+    InfoNCE (van den Oord et al. 2018) is ranking NCE used as a bound: draw ``(x, y_0)`` from the
+    joint law and ``k`` negatives ``y_1..y_k`` from the marginal ``p(y)``, and score
+
+        I_NCE = E[ log( (k + 1) e^{f(x, y_0)} / Σ_{j=0}^{k} e^{f(x, y_j)} ) ].
+
+    For every critic ``f``, ``I_NCE ≤ I(X; Y)``, and ``I_NCE ≤ log(k + 1)`` (the ratio is at most
+    ``k + 1``): a bound that cannot certify more than ``log(k + 1)`` nats, however large the
+    mutual information (Poole et al. 2019). With the best critic, ``f = log p(y | x) / p(y)``
+    (the default), it tends to ``I(X; Y)`` as ``k`` grows.
+
+    Exact: given ``x``, the negatives enter only through ``Σ_j e^{f(x, y_j)}``, which depends on
+    how many negatives fell on each *distinct value* of ``f(x, ·)``, a multinomial count vector
+    over those ``u`` values. The function sums over all ``C(k + u - 1, u - 1)`` of them (``u = 2``
+    for a critic that only tells "the partner of x" from "not": then ``k + 1`` terms). Values of a
+    row equal to 2^-40 relative count as one.
+
+    Parameters
+    ----------
+    joint : Tensor [m, n]
+        The joint probabilities ``p(x, y)`` (non-negative, summing to 1; every row and column
+        with positive mass).
+    k : int
+        The number of negatives, ``>= 1``.
+    critic : Tensor [m, n], optional
+        ``f(x, y)``, finite. Default: ``log p(x, y) - log p(x) - log p(y)`` (``-inf`` where
+        ``p(x, y) = 0``).
+
+    Returns
+    -------
+    0-d float64 Tensor, in nats.
+    """
+    func = "infonce_exact"
+    joint = as_float_tensor(joint, "joint", func)
+    if joint.dim() != 2 or joint.shape[0] < 1 or joint.shape[1] < 2:
+        raise ValueError(f"{func}: argument 'joint' must have shape (m, n) with n >= 2, got "
+                         f"{tuple(joint.shape)}")
+    check_finite(joint, "joint", func)
+    if bool((joint < 0).any()):
+        raise ValueError(f"{func}: argument 'joint' must be non-negative")
+    P = joint.detach().double().cpu()
+    if abs(float(P.sum()) - 1) > 1e-9:
+        raise ValueError(f"{func}: argument 'joint' must sum to 1, sums to {float(P.sum()):.6g}")
+    px, py = P.sum(1), P.sum(0)
+    if bool((px <= 0).any()) or bool((py <= 0).any()):
+        raise ValueError(f"{func}: argument 'joint' must give every row and column positive mass")
+    k = check_int(k, "k", func, minimum=1)
+    m, n = P.shape
+    if critic is None:
+        f = torch.log(P) - torch.log(px)[:, None] - torch.log(py)[None, :]
+    else:
+        critic = as_float_tensor(critic, "critic", func)
+        if tuple(critic.shape) != (m, n):
+            raise ValueError(f"{func}: argument 'critic' must have the shape of 'joint' "
+                             f"{(m, n)}, got {tuple(critic.shape)}")
+        check_finite(critic, "critic", func)
+        f = critic.detach().double().cpu()
+    # the bound is unchanged by adding a function of x to f: scale each row to max 1
+    r = torch.exp(f - f.amax(1, keepdim=True))                               # [m, n]
+    total = torch.zeros((), dtype=torch.float64)
+    cache = {}  # rows with the same distinct values and group masses share the enumeration
+    for x in range(m):
+        # the distinct values of the row, equal to 2^-40 relative (the rounding of log p
+        # differences must not split a value that is one in exact arithmetic; the result moves
+        # by at most that much)
+        mant, expo = torch.frexp(r[x])
+        key = torch.stack([torch.round(mant * 2.0**40), expo.double()], 1)
+        uniq, group = torch.unique(key, dim=0, return_inverse=True)
+        u = uniq.shape[0]
+        values = (torch.bincount(group, weights=r[x], minlength=u)
+                  / torch.bincount(group, minlength=u).double())
+        q = torch.bincount(group, weights=py, minlength=u)                  # P(negative in group)
+        sig = (tuple(uniq.flatten().tolist()), tuple(torch.round(q * 2.0**40).tolist()))
+        if sig not in cache:
+            n_counts = math.comb(k + u - 1, u - 1)
+            if n_counts > 2_000_000:
+                raise ValueError(f"{func}: row {x} of the critic has {u} distinct values: "
+                                 f"{n_counts} count vectors of k={k} negatives is too many to "
+                                 "enumerate (at most 2000000)")
+            # stars and bars: the u - 1 bar positions among k + u - 1 slots give the counts
+            combos = list(itertools.combinations(range(k + u - 1), u - 1))
+            bars = torch.tensor(combos, dtype=torch.float64).reshape(len(combos), u - 1)
+            ends = torch.full((bars.shape[0], 1), float(k + u - 1), dtype=torch.float64)
+            counts = torch.cat([-torch.ones_like(ends), bars, ends], 1).diff(dim=1) - 1
+            log_pc = (math.lgamma(k + 1) - torch.lgamma(counts + 1).sum(1)
+                      + torch.where(counts > 0, counts * torch.log(q), 0.0).sum(1))
+            cache[sig] = (torch.exp(log_pc), counts @ values)               # P(c), Σ_j r(x, y_j)
+        pc, neg = cache[sig]
+        # the positive y_0 enters through its value too: one term per group
+        mass = torch.bincount(group, weights=P[x], minlength=u)             # P(x, y_0 in group)
+        live = mass > 0
+        v0 = values[live]
+        term = torch.log((k + 1) * v0)[:, None] - torch.log(v0[:, None] + neg[None, :])
+        total += (mass[live] * (term @ pc)).sum()
+    return total
