@@ -16,7 +16,7 @@ from softmaxbook.nce import AliasSampler, nce_loss
 
 def test_registered():
     assert registered("nce") == ["nce-alias-table", "nce-ex-ns-optimum", "nce-ex-posterior",
-                                 "nce-objective", "nce-shifted-pmi"]
+                                 "nce-infonce-symmetric", "nce-objective", "nce-shifted-pmi"]
 
 
 def stub(*args):
@@ -402,3 +402,142 @@ def test_derivation_checks_refuse_the_package_for_the_stated_reason():
     with pytest.raises(ExerciseCheckFailed, match=r"(?s)off limits here, as the task says") as e:
         check("nce-ex-posterior", via_package)
     assert "compares with" not in str(e.value)
+
+
+# --- nce-infonce-symmetric --------------------------------------------------------------------
+def _binomial_infonce(m, eps, k, *, ratio_k=None, num_k=None, p_neg=None, partner_always=False,
+                      own_in_denominator=True):
+    a = 1 - eps + eps / m
+    R, e = m * a, eps
+    p = 1 / m if p_neg is None else p_neg
+    top = (k + 1) if num_k is None else num_k
+    total = 0.0
+    for c in range(k + 1):
+        w = math.comb(k, c) * p**c * (1 - p) ** (k - c)
+        own_r, other_r = (R, e) if own_in_denominator else (0.0, 0.0)
+        total += w * a * math.log(top * R / (own_r + c * R + (k - c) * e))
+        if not partner_always and a < 1:
+            total += w * (1 - a) * math.log(top * e / (other_r + c * R + (k - c) * e))
+    return total
+
+
+def right_binomial(m, eps, k):
+    return _binomial_infonce(m, eps, k)
+
+
+def right_by_tuples(m, eps, k):
+    # every (x's partner or not) positive and every tuple of negatives, x = 0 by symmetry
+    import itertools
+    p_pos = [(1 - eps + eps / m) if y == 0 else eps / m for y in range(m)]
+    r = [p * m for p in p_pos]
+    total = 0.0
+    for y0 in range(m):
+        if p_pos[y0] == 0:
+            continue
+        for negs in itertools.product(range(m), repeat=k):
+            s = r[y0] + sum(r[y] for y in negs)
+            total += p_pos[y0] * m ** -k * math.log((k + 1) * r[y0] / s)
+    return total
+
+
+def right_tensor(m, eps, k):
+    c = torch.arange(k + 1, dtype=torch.float64)
+    logw = (torch.lgamma(torch.tensor(k + 1.0, dtype=torch.float64)) - torch.lgamma(c + 1)
+            - torch.lgamma(k - c + 1) + c * math.log(1 / m) + (k - c) * math.log1p(-1 / m))
+    w = logw.exp()
+    a = 1 - eps + eps / m
+    R = m * a
+    den = c * R + (k - c) * eps
+    out = a * (w * torch.log((k + 1) * R / (R + den))).sum()
+    if eps > 0:
+        out = out + (1 - a) * (w * torch.log((k + 1) * eps / (eps + den))).sum()
+    return out
+
+
+def k_not_k_plus_1(m, eps, k):
+    return _binomial_infonce(m, eps, k, num_k=k)
+
+
+def positive_not_in_denominator(m, eps, k):
+    return _binomial_infonce(m, eps, k, own_in_denominator=False)
+
+
+def negatives_from_the_conditional(m, eps, k):
+    return _binomial_infonce(m, eps, k, p_neg=1 - eps + eps / m)
+
+
+def positive_always_the_partner(m, eps, k):
+    return _binomial_infonce(m, eps, k, partner_always=True)
+
+
+def the_ceiling_formula(m, eps, k):
+    a = 1 - eps + eps / m
+    P = [a] + [eps / m] * (m - 1)
+    mi = sum(p * math.log(p * m) for p in P if p > 0)
+    return min(mi, math.log(k + 1))
+
+
+def mutual_information_itself(m, eps, k):
+    a = 1 - eps + eps / m
+    return sum(p * math.log(p * m) for p in [a] + [eps / m] * (m - 1) if p > 0)
+
+
+def expected_count_plugged_in(m, eps, k):
+    a = 1 - eps + eps / m
+    R, c = m * a, k / m
+    out = a * math.log((k + 1) * R / (R + c * R + (k - c) * eps))
+    if eps > 0:
+        out += (1 - a) * math.log((k + 1) * eps / (eps + c * R + (k - c) * eps))
+    return out
+
+
+def in_bits(m, eps, k):
+    return _binomial_infonce(m, eps, k) / math.log(2)
+
+
+def mixing_over_the_other_values(m, eps, k):
+    # "else uniform over the m - 1 others": a different joint
+    a = 1 - eps
+    R, e = m * a, m * eps / (m - 1)
+    total = 0.0
+    for c in range(k + 1):
+        w = math.comb(k, c) * (1 / m) ** c * (1 - 1 / m) ** (k - c)
+        total += w * a * math.log((k + 1) * R / (R + c * R + (k - c) * e))
+        if eps > 0:
+            total += w * eps * math.log((k + 1) * e / (e + c * R + (k - c) * e))
+    return total
+
+
+def nan_at_eps_zero(m, eps, k):
+    a = 1 - eps + eps / m
+    R, e = m * a, eps
+    total = 0.0
+    for c in range(k + 1):
+        w = math.comb(k, c) * (1 / m) ** c * (1 - 1 / m) ** (k - c)
+        total += w * a * math.log((k + 1) * R / (R + c * R + (k - c) * e))
+        other = (k + 1) * e / (e + c * R + (k - c) * e)
+        total += w * (1 - a) * (math.log(other) if other > 0 else float("nan"))
+    return total
+
+
+def library_call(m, eps, k):
+    from softmaxbook.nce import infonce_exact
+    P = torch.full((m, m), eps / m, dtype=torch.float64) + (1 - eps) * torch.eye(m)
+    return infonce_exact(P / m, k)
+
+
+@pytest.mark.parametrize("answer", [right_binomial, right_by_tuples, right_tensor])
+def test_symmetric_infonce_accepts_right_answers(answer, capsys):
+    assert check("nce-infonce-symmetric", answer)
+    assert "correct on 7 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("answer", [
+    k_not_k_plus_1, positive_not_in_denominator, negatives_from_the_conditional,
+    positive_always_the_partner, the_ceiling_formula, mutual_information_itself,
+    expected_count_plugged_in, in_bits, mixing_over_the_other_values, nan_at_eps_zero,
+    library_call,
+])
+def test_symmetric_infonce_rejects_wrong_answers(answer):
+    with pytest.raises(ExerciseCheckFailed):
+        check("nce-infonce-symmetric", answer)

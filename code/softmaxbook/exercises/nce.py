@@ -15,6 +15,9 @@ sampling" (book/04_nce.ipynb).
   the data's prior is pi (pi = 1 / (k + 1) gives NCE's log p_d - log kq; the prior missing,
   upside down or without the noise's part, the posterior or its log for the log-odds, and the
   noise's log-odds get hints of their own).
+* ``nce-infonce-symmetric``: ``symmetric_infonce(m, eps, k)``, the exact InfoNCE bound with the
+  best critic for x uniform on m values and y = x with probability 1 - eps (else uniform), as a
+  sum over the binomial number of negatives that land on x's partner.
 """
 
 from __future__ import annotations
@@ -418,4 +421,49 @@ def _check_log_odds(data_log_odds):
                        "Bayes' rule: P(Y = 1 | w) is proportional to pi p_d(w), P(Y = 0 | w) "
                        "to (1 - pi) q(w); take the log of their ratio. With pi = 1 / (k + 1) "
                        "you should get the chapter's log p_d - log kq.", known)
+    return len(cases)
+
+
+# ---------------------------------------------------------------------------------------------
+# nce-infonce-symmetric: the exact InfoNCE bound of the symmetric pair
+# ---------------------------------------------------------------------------------------------
+def _symmetric_joint(m, eps):
+    P = torch.full((m, m), eps / m, **f64) + (1 - eps) * torch.eye(m, **f64)
+    return P / m
+
+
+def _infonce_cases():
+    cases = [(4, 0.3, 1), (8, 0.05, 3), (16, 0.02, 3), (64, 0.5, 2), (2, 0.9, 7),
+             (16, 1.0, 5), (8, 0.0, 3)]
+    if check_salt():
+        g = check_generator(211)
+        m = int(torch.randint(3, 12, (1,), generator=g))
+        eps = float(torch.rand(1, generator=g, **f64)) * 0.8 + 0.1
+        cases.append((m, round(eps, 6), int(torch.randint(2, 5, (1,), generator=g))))
+    return cases
+
+
+@exercise("nce-infonce-symmetric", "the exact InfoNCE bound of a symmetric pair")
+def _check_symmetric_infonce(symmetric_infonce):
+    cases = _infonce_cases()
+    for m, eps, k in cases:
+        desc = f"m = {m}, eps = {eps}, k = {k}"
+        expected = float(_nce.infonce_exact(_symmetric_joint(m, eps), k))
+        with _package_forbidden():
+            got = call(symmetric_infonce, m, eps, k, input_desc=desc,
+                       forbid_reason=_NO_PACKAGE)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = float(got)
+        if isinstance(got, float) and math.isnan(got):
+            expect_true(False, f"for input {desc} your bound is NaN.",
+                        hint="with eps = 0 the positive is always x's partner and every other "
+                             "value has probability 0: a term with weight 0 contributes 0, "
+                             "even where its log is -inf.")
+        expect_close(got, expected, input_desc=desc, rtol=1e-9, atol=1e-12, what="bound",
+                     hint="given x, the positive y_0 is x's partner with probability "
+                          "1 - eps + eps/m (else one of the others); the best critic's ratio "
+                          "p(y | x) / p(y) is m (1 - eps) + eps for the partner and eps for the "
+                          "others; each of the k negatives is drawn from p(y), uniform, so the "
+                          "number c of them on the partner is Binomial(k, 1/m). Average "
+                          "log((k + 1) r_0 / (r_0 + sum of the negatives' r)) over both.")
     return len(cases)
