@@ -563,3 +563,102 @@ def test_benchmark_quick_runs():
     out = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True,
                          text=True, timeout=120, check=True).stdout
     assert "fit_rw" in out and "scipy" in out
+
+
+# ------------------------------------------------------------------------------------------------
+# fit_rw with a prior: maximum a posteriori (issue 26, section 2)
+# ------------------------------------------------------------------------------------------------
+def _map_data(S=6, T=120, seed=26):
+    from softmaxbook.choice import reversal_reward_probs, simulate_bandit
+    g = torch.Generator().manual_seed(seed)
+    alpha = 0.1 + 0.8 * torch.rand(S, generator=g, dtype=torch.float64)
+    beta = 0.5 + 8 * torch.rand(S, generator=g, dtype=torch.float64)
+    c, r = simulate_bandit(alpha, beta, reversal_reward_probs(S, T, 40), T, generator=g)
+    return c, r, g
+
+
+PRIOR = ((0.0, 1.0), (1.0, 1.0))  # logit alpha ~ N(0, 1), log beta ~ N(1, 1)
+
+
+def test_map_equals_a_direct_maximisation_of_the_posterior():
+    from scipy.optimize import minimize
+    from softmaxbook.choice import fit_rw, rw_log_likelihood
+    c, r, g = _map_data()
+    fit = fit_rw(c, r, n_starts=4, generator=g, prior=PRIOR)
+    mean, sd = torch.tensor(PRIOR[0], dtype=torch.float64), torch.tensor(PRIOR[1],
+                                                                         dtype=torch.float64)
+    for s in range(c.shape[0]):
+        def neg_post(th):
+            th = torch.tensor(th, dtype=torch.float64)
+            ll = rw_log_likelihood(torch.sigmoid(th[:1]), torch.exp(th[1:]), c[s:s + 1],
+                                   r[s:s + 1])
+            return float(-(ll.sum() - 0.5 * (((th - mean) / sd) ** 2).sum()))
+        best = min((minimize(neg_post, x0, method="Nelder-Mead",
+                             options=dict(xatol=1e-10, fatol=1e-12, maxiter=4000))
+                    for x0 in ([0.0, 1.0], [2.0, 0.0], [-2.0, 2.0])), key=lambda o: o.fun)
+        assert float(fit.log_posterior[s]) == pytest.approx(-best.fun, abs=1e-7)
+        assert float(fit.log_posterior[s]) >= -best.fun - 1e-9
+        assert float(torch.logit(fit.alpha[s])) == pytest.approx(best.x[0], abs=1e-4)
+        assert float(torch.log(fit.beta[s])) == pytest.approx(best.x[1], abs=1e-4)
+    # the parts: log_likelihood is ℓ at the estimate, log_posterior adds the prior
+    ll = rw_log_likelihood(fit.alpha, fit.beta, c, r)
+    torch.testing.assert_close(fit.log_likelihood, ll, rtol=0, atol=1e-9)
+    th = torch.stack([torch.logit(fit.alpha), torch.log(fit.beta)], 1)
+    lp = -0.5 * (((th - mean) / sd) ** 2).sum(1)
+    torch.testing.assert_close(fit.log_posterior, ll + lp, rtol=0, atol=1e-9)
+    assert fit.converged.all()
+
+
+def test_map_gradient_vanishes_and_without_prior_nothing_changes():
+    from softmaxbook.choice import fit_rw, rw_log_likelihood
+    c, r, _ = _map_data(S=4, seed=3)
+    starts = torch.tensor([[[0.3, 2.0], [0.7, 0.5]]] * 4, dtype=torch.float64)
+    fit = fit_rw(c, r, starts=starts, prior=PRIOR)
+    th = torch.stack([torch.logit(fit.alpha), torch.log(fit.beta)], 1).requires_grad_(True)
+    mean, sd = torch.tensor(PRIOR[0]).double(), torch.tensor(PRIOR[1]).double()
+    post = (rw_log_likelihood(torch.sigmoid(th[:, 0]), torch.exp(th[:, 1]), c, r).sum()
+            - 0.5 * (((th - mean) / sd) ** 2).sum())
+    (grad,) = torch.autograd.grad(post, th)
+    # the fit stops once the Newton step predicts a gain below 1e-11 (1 + |l|): gradients of a
+    # few 1e-6 remain; a prior gradient with the wrong sign or scale leaves O(1) ones
+    assert float(grad.abs().max()) < 1e-4
+    a = fit_rw(c, r, starts=starts)
+    b = fit_rw(c, r, starts=starts, prior=None)
+    assert a.log_posterior is None and b.log_posterior is None
+    for x, y in zip(a[:5], b[:5]):
+        assert torch.equal(x, y)
+    # a very wide prior is maximum likelihood, to the prior's pull
+    wide = fit_rw(c, r, starts=starts, prior=((0.0, 0.0), (1e3, 1e3)))
+    torch.testing.assert_close(wide.alpha, a.alpha, rtol=0, atol=1e-4)
+
+
+def test_map_keeps_a_predictable_participant_off_the_bound():
+    from softmaxbook.choice import fit_rw
+    # always the rewarded option after two coin flips: ℓ rises towards its supremum -2 log 2 as
+    # β grows, and ML crawls up the ridge until the stall rule stops it
+    T = 60
+    c = torch.ones(1, T, dtype=torch.float64)
+    r = torch.ones(1, T, dtype=torch.float64)
+    c[0, 0] = 0.0
+    r[0, 0] = 0.0
+    ml = fit_rw(c, r, n_starts=3, generator=torch.Generator().manual_seed(0))
+    mp = fit_rw(c, r, n_starts=3, generator=torch.Generator().manual_seed(0), prior=PRIOR)
+    assert float(ml.log_likelihood) == pytest.approx(-2 * math.log(2), abs=1e-6)
+    assert float(ml.beta) > 20.0
+    assert float(mp.beta) < 0.5 * float(ml.beta) and bool(mp.converged.all())
+    assert float(mp.log_likelihood) < float(ml.log_likelihood)
+
+
+def test_map_bad_prior():
+    from softmaxbook.choice import fit_rw
+    c, r, g = _map_data(S=2)
+    with pytest.raises(TypeError, match="argument 'prior' must be a pair"):
+        fit_rw(c, r, generator=g, prior=1.0)
+    with pytest.raises(ValueError, match="argument 'prior' needs a sd"):
+        fit_rw(c, r, generator=g, prior=((0.0, 1.0), (1.0,)))
+    with pytest.raises(ValueError, match="sd > 0"):
+        fit_rw(c, r, generator=g, prior=((0.0, 1.0), (1.0, 0.0)))
+    with pytest.raises(ValueError, match="must be finite"):
+        fit_rw(c, r, generator=g, prior=((0.0, math.inf), (1.0, 1.0)))
+    with pytest.raises(TypeError, match="must hold numbers"):
+        fit_rw(c, r, generator=g, prior=(("a", "b"), (1.0, 1.0)))

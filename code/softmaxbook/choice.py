@@ -532,6 +532,8 @@ class RWFit(NamedTuple):
     converged: torch.Tensor  #: [S] bool, the best start met the convergence test at a finite ℓ
     start_log_likelihoods: torch.Tensor  #: [S, K] ℓ reached from each start
     n_iter: int  #: iterations until the last start converged
+    #: [S] ℓ + log prior at the estimate (the maximised objective), None without a prior
+    log_posterior: torch.Tensor | None = None
 
 
 # Box on the unconstrained parameters a = logit α, b = log β: α in [3e-7, 1 − 3e-7] and
@@ -548,8 +550,9 @@ def _draw_starts(S, K, generator, device, dtype):
 
 
 def fit_rw(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_max=100.0,
-           max_iter=100, gtol=1e-9, initial_value=0.0):
-    """Maximum-likelihood α and β for every participant at once, from several starting points.
+           max_iter=100, gtol=1e-9, initial_value=0.0, prior=None):
+    """Maximum-likelihood α and β for every participant at once, from several starting points
+    (maximum a posteriori with ``prior``).
 
     Method. Each (participant, start) pair is an independent 2-parameter problem, so all of them
     are optimised together as one batch: one pass over the trials computes, for every pair, ℓ,
@@ -589,12 +592,21 @@ def fit_rw(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_ma
         gained less than 1e-9 (1 + |ℓ|) (a crawl towards a supremum on the box).
     initial_value : float
         Value of both options before trial 0.
+    prior : (mean, sd), optional
+        Independent normal priors on ``a = logit α`` and ``b = log β``: ``mean`` and ``sd`` are
+        pairs (or 2-element tensors), ``sd > 0``. The fit then maximises ``ℓ + log prior`` (the
+        prior's gradient ``-(θ - mean) / sd²`` and Hessian ``-1 / sd²`` are added to ℓ's), which
+        keeps estimates off the box's bounds where the data say little (Daw 2011;
+        Wilson & Collins 2019, rule 4). ``log_likelihood`` is then still ℓ at the estimate, the
+        best start is the one with the largest ``ℓ + log prior``, and ``start_log_likelihoods``
+        hold ℓ + log prior.
 
     Returns
     -------
     RWFit
         ``alpha, beta, log_likelihood, converged`` ([S] each, in the rewards' dtype),
-        ``start_log_likelihoods`` [S, K] and ``n_iter``. The optimisation itself runs in float64.
+        ``start_log_likelihoods`` [S, K], ``n_iter`` and ``log_posterior`` ([S], or None without
+        a prior). The optimisation itself runs in float64.
 
     References
     ----------
@@ -634,25 +646,66 @@ def fit_rw(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_ma
         starts = starts.to(device=device, dtype=dtype)
         K = starts.shape[1]
 
+    prior = _check_prior(prior, func, device, dtype)
     with torch.no_grad():
         theta, ll, conv, n_iter = _newton(
             choices, rewards, starts.reshape(S * K, 2), K, initial_value, max_iter, gtol,
-            beta_max,
+            beta_max, prior,
         )
     ll_sk = ll.reshape(S, K)
     best = torch.nan_to_num(ll_sk, nan=-math.inf).argmax(dim=1)
     rows = torch.arange(S, device=device)
     theta = theta.reshape(S, K, 2)[rows, best]
+    objective = ll_sk[rows, best]
     out = rewards.dtype
+    if prior is None:
+        like, post = objective, None
+    else:
+        like = objective - _log_prior(theta, prior)
+        post = objective.to(out)
     return RWFit(
         alpha=torch.sigmoid(theta[:, 0]).to(out),
         beta=torch.exp(theta[:, 1]).to(out),
-        log_likelihood=ll_sk[rows, best].to(out),
+        log_likelihood=like.to(out),
         # a non-finite ℓ is never a converged fit (the tests above all hold at ℓ = −inf)
-        converged=conv.reshape(S, K)[rows, best] & torch.isfinite(ll_sk[rows, best]),
+        converged=conv.reshape(S, K)[rows, best] & torch.isfinite(objective),
         start_log_likelihoods=ll_sk.to(out),
         n_iter=n_iter,
+        log_posterior=post,
     )
+
+
+def _check_prior(prior, func, device, dtype):
+    """``(mean, precision)`` float64 [2] tensors from ``prior = (mean, sd)``, or None."""
+    if prior is None:
+        return None
+    if not isinstance(prior, (tuple, list)) or len(prior) != 2:
+        raise TypeError(f"{func}: argument 'prior' must be a pair (mean, sd) of pairs for "
+                        f"(logit alpha, log beta), got {type(prior).__name__}")
+    parts = []
+    for name, x in zip(("mean", "sd"), prior):
+        try:
+            t = torch.as_tensor(x, dtype=dtype, device=device)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"{func}: argument 'prior' must hold numbers; its {name} is "
+                            f"{x!r}") from None
+        if t.shape != (2,):
+            raise ValueError(f"{func}: argument 'prior' needs a {name} for logit alpha and for "
+                             f"log beta (2 numbers), got shape {tuple(t.shape)}")
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{func}: argument 'prior' must be finite, its {name} is "
+                             f"{t.tolist()}")
+        parts.append(t)
+    mean, sd = parts
+    if not bool((sd > 0).all()):
+        raise ValueError(f"{func}: argument 'prior' needs sd > 0, got {sd.tolist()}")
+    return mean, sd.pow(-2)
+
+
+def _log_prior(theta, prior):
+    """Normal log-density of θ = (logit α, log β) up to its constant: -Σ (θ - mean)² / 2 sd²."""
+    mean, prec = prior
+    return -0.5 * ((theta - mean).pow(2) * prec).sum(-1)
 
 
 def _unconstrained(ll, g, h, theta):
@@ -701,7 +754,8 @@ def _step(g, h, radius, fixed):
     return step, short, gain
 
 
-def _newton(choices, rewards, theta0_ab, K, initial_value, max_iter, gtol, beta_max):
+def _newton(choices, rewards, theta0_ab, K, initial_value, max_iter, gtol, beta_max,
+            prior=None):
     """Batched trust-region Newton on N = S·K independent problems; returns θ, ℓ, converged, it.
 
     Each problem keeps its own trust radius (in θ = (logit α, log β) units): a step that lowers
@@ -735,6 +789,11 @@ def _newton(choices, rewards, theta0_ab, K, initial_value, max_iter, gtol, beta_
         ll, g, h = _derivatives(alpha, beta, data["y"], data["r"], initial_value, 2,
                                 onehot=data["onehot"])
         ll, g, h = _unconstrained(ll, g, h, th_c)
+        if prior is not None:  # ℓ + log prior: a quadratic in θ (its Hessian is diagonal)
+            mean, prec = prior
+            ll = ll + _log_prior(th_c, prior)
+            g = g - (th_c - mean) * prec
+            h = h - torch.stack((prec[0], prec.new_zeros(()), prec[1])).expand_as(h)
         return ll[pos], g[pos], h[pos]
 
     active = torch.arange(N, device=dev)
