@@ -850,3 +850,43 @@ def test_infonce_bad_input():
         infonce_exact(P, 1, torch.full((3, 3), math.inf))
     with pytest.raises(ValueError, match="too many"):
         infonce_exact(P, 3000, torch.randn(3, 3, generator=torch.Generator().manual_seed(0)))
+
+
+def _brute_infonce_log(P, k, f):
+    # the brute force kept in logs (exp(f) underflows past ~745 nats)
+    py = P.sum(0)
+    m, n = P.shape
+    total = 0.0
+    for x in range(m):
+        for y0 in range(n):
+            if P[x, y0] == 0:
+                continue
+            for negs in itertools.product(range(n), repeat=k):
+                w = float(P[x, y0]) * math.prod(float(py[y]) for y in negs)
+                lse = torch.logsumexp(f[x, [y0, *negs]], 0)
+                total += w * (math.log(k + 1) + float(f[x, y0]) - float(lse))
+    return total
+
+
+@pytest.mark.parametrize("spread", [700.0, 760.0, 800.0, 1e4])
+def test_infonce_exact_critic_spread_past_exp_underflow(spread):
+    # cold review R5: exp(f - max f) underflowed to 0 past ~745 nats and 0 / 0 gave NaN
+    from softmaxbook.nce import infonce_exact
+    P = torch.tensor([[0.3, 0.2, 0.05], [0.1, 0.3, 0.05]], **f64)
+    f = torch.tensor([[0.0, -spread, -spread / 2], [-spread, 0.0, 3.0]], **f64)
+    for k in (1, 2, 3):
+        got = float(infonce_exact(P, k, f))
+        assert math.isfinite(got)
+        assert got == pytest.approx(_brute_infonce_log(P, k, f), rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_infonce_exact_low_precision_joint(dtype):
+    # cold review R5: a joint normalised in float32 was refused ("must sum to 1, sums to 1")
+    from softmaxbook.nce import infonce_exact
+    J = torch.rand(5, 6, generator=torch.Generator().manual_seed(4)).to(dtype)
+    J = J / J.sum()
+    ref = J.double() / J.double().sum()
+    assert float(infonce_exact(J, 3)) == pytest.approx(float(infonce_exact(ref, 3)), abs=1e-12)
+    with pytest.raises(ValueError, match="argument 'joint' must sum to 1"):
+        infonce_exact(J * 1.5, 3)

@@ -887,8 +887,13 @@ def infonce_exact(joint: torch.Tensor, k: int, critic: torch.Tensor | None = Non
     if bool((joint < 0).any()):
         raise ValueError(f"{func}: argument 'joint' must be non-negative")
     P = joint.detach().double().cpu()
-    if abs(float(P.sum()) - 1) > 1e-9:
-        raise ValueError(f"{func}: argument 'joint' must sum to 1, sums to {float(P.sum()):.6g}")
+    # a joint normalised in its own dtype sums to 1 only to that dtype's rounding (float32:
+    # ~1e-7 per entry); renormalised in float64 after the check
+    tol = max(1e-9, 4 * P.numel() ** 0.5 * torch.finfo(joint.dtype).eps)
+    if abs(float(P.sum()) - 1) > tol:
+        raise ValueError(f"{func}: argument 'joint' must sum to 1 (to {tol:.2g} in "
+                         f"{joint.dtype}), sums to {float(P.sum()):.12g}")
+    P = P / P.sum()
     px, py = P.sum(1), P.sum(0)
     if bool((px <= 0).any()) or bool((py <= 0).any()):
         raise ValueError(f"{func}: argument 'joint' must give every row and column positive mass")
@@ -903,22 +908,26 @@ def infonce_exact(joint: torch.Tensor, k: int, critic: torch.Tensor | None = Non
                              f"{(m, n)}, got {tuple(critic.shape)}")
         check_finite(critic, "critic", func)
         f = critic.detach().double().cpu()
-    # the bound is unchanged by adding a function of x to f: scale each row to max 1
-    r = torch.exp(f - f.amax(1, keepdim=True))                               # [m, n]
+    # the bound is unchanged by adding a function of x to f: shift each row to max 0. Kept
+    # as logs throughout: exp(f) underflows for a critic spread over more than ~745 nats, and
+    # a ratio 0 / 0 would then give NaN where the exact value is finite
+    lv = f - f.amax(1, keepdim=True)                                         # [m, n]
     total = torch.zeros((), dtype=torch.float64)
     cache = {}  # rows with the same distinct values and group masses share the enumeration
     for x in range(m):
-        # the distinct values of the row, equal to 2^-40 relative (the rounding of log p
-        # differences must not split a value that is one in exact arithmetic; the result moves
-        # by at most that much)
-        mant, expo = torch.frexp(r[x])
-        key = torch.stack([torch.round(mant * 2.0**40), expo.double()], 1)
-        uniq, group = torch.unique(key, dim=0, return_inverse=True)
+        # the distinct values of the row, equal to 2^-40 (in log, i.e. relative in e^f) counting
+        # as one (the rounding of log p differences must not split a value that is one in exact
+        # arithmetic; the result moves by at most that much); -inf (p(x, y) = 0 with the
+        # default critic) is a value of its own, and so is any log below -2^900
+        key = torch.where(lv[x] > -2.0**900, torch.round(lv[x] * 2.0**40), lv[x])
+        uniq, group = torch.unique(key, return_inverse=True)
         u = uniq.shape[0]
-        values = (torch.bincount(group, weights=r[x], minlength=u)
-                  / torch.bincount(group, minlength=u).double())
+        # one log-value per group (the first member's: members differ by <= 2^-40)
+        first = torch.full((u,), -1, dtype=torch.long)
+        first.scatter_reduce_(0, group, torch.arange(n), "amax", include_self=False)
+        values = lv[x][first]                                                # [u], log e^f
         q = torch.bincount(group, weights=py, minlength=u)                  # P(negative in group)
-        sig = (tuple(uniq.flatten().tolist()), tuple(torch.round(q * 2.0**40).tolist()))
+        sig = (tuple(uniq.tolist()), tuple(torch.round(q * 2.0**40).tolist()))
         if sig not in cache:
             n_counts = math.comb(k + u - 1, u - 1)
             if n_counts > 2_000_000:
@@ -932,12 +941,16 @@ def infonce_exact(joint: torch.Tensor, k: int, critic: torch.Tensor | None = Non
             counts = torch.cat([-torch.ones_like(ends), bars, ends], 1).diff(dim=1) - 1
             log_pc = (math.lgamma(k + 1) - torch.lgamma(counts + 1).sum(1)
                       + torch.where(counts > 0, counts * torch.log(q), 0.0).sum(1))
-            cache[sig] = (torch.exp(log_pc), counts @ values)               # P(c), Σ_j r(x, y_j)
-        pc, neg = cache[sig]
+            # log sum_j e^{f(x, y_j)} over the negatives; a group with no negative adds
+            # log 0 = -inf (also where its value is -inf: no -inf + inf)
+            lc = torch.where(counts > 0, counts.log() + values, -math.inf)
+            cache[sig] = (torch.exp(log_pc), torch.logsumexp(lc, 1))          # P(c), log sum
+        pc, log_neg = cache[sig]
         # the positive y_0 enters through its value too: one term per group
         mass = torch.bincount(group, weights=P[x], minlength=u)             # P(x, y_0 in group)
         live = mass > 0
         v0 = values[live]
-        term = torch.log((k + 1) * v0)[:, None] - torch.log(v0[:, None] + neg[None, :])
+        term = (math.log(k + 1) + v0[:, None]
+                - torch.logaddexp(v0[:, None], log_neg[None, :]))
         total += (mass[live] * (term @ pc)).sum()
     return total
