@@ -344,7 +344,27 @@ def _density_cases():
          torch.randperm(12, generator=g)[:5], 4 * torch.randn(6, generator=g, dtype=f64),
          "12 random sequences, a random sample of 5, random t"),
     ]
-    return cases
+    return cases + _salted_density_cases(cases[:5])
+
+
+def _salted_density_cases(fixed):
+    """Under the grader's secret salt (none in a notebook): each fixed hard case again with its
+    sequences in a random order and its points t moved by up to 0.5, so that a lookup table of
+    the public inputs falls back on its own formula in every hard regime (R5 review: a table
+    plus the density in probability space passed under 165 of 200 salts, plus the naive
+    1 - exp(-e^a) under 198, plus phi_C = log(1 - sum over the sample) under all 200)."""
+    if not check_salt():
+        return []
+    f64 = torch.float64
+    g = check_generator(31)
+    out = []
+    for log_probs, sample, t, desc in fixed:
+        perm = torch.randperm(log_probs.shape[0], generator=g)  # new j holds old perm[j]
+        where = torch.argsort(perm)                              # old i sits at where[i]
+        moved = t + torch.rand(t.shape, generator=g, dtype=f64) - 0.5
+        out.append((log_probs[perm], where[sample], moved,
+                    f"{desc} (salted: sequences reordered, t moved)"))
+    return out
 
 
 @exercise("beam-joint-density", "the joint density of the sample and kappa")
