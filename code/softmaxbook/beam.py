@@ -437,10 +437,10 @@ def _search(step_fn, k, max_len, eos, init_state, batch_size, device, generator,
         leaf_logp = torch.where(leaf, flat_logp, ninf).unsqueeze(1)
         if stochastic:
             # Children's Gumbels conditioned on their maximum being the parent's perturbed
-            # value (Kool et al. 2019, eq. 9/10; computed stably in softmaxbook.gumbel). Only
-            # the `width` best children of a node can enter the beam, and conditioning on the
-            # maximum keeps the order of a node's children, so we draw all V Gumbels but
-            # condition (and compete with) just the top `width` of each node.
+            # value (Kool et al. 2019, eq. 9/10; computed stably in softmaxbook.gumbel). The
+            # exact search conditions all V children of every node and one topk over the
+            # beam's candidates picks the next beam (see _conditioned_children); the broken
+            # variants below keep only the top `m` children of each node.
             m = min(width, V)
             if all_open:  # every node is expanded: no rows to pick
                 loc = flat_logp.unsqueeze(1) + lp  # φ_S' = φ_S + log p
@@ -1077,6 +1077,25 @@ class SBSMoments(NamedTuple):
     set_mass: torch.Tensor         # Σ over sets of P(set), 1 up to quadrature (a self-check)
 
 
+def _threshold_grid(rel_max: float, k: int, step: float, device=None):
+    """Points ``x = t - φ_C`` and spacing of the trapezoidal rule for the integrals over the
+    Gumbel-top-k threshold (:func:`sbs_estimator_moments`, :func:`unordered_set_weights`).
+
+    The integrand ``exp(-x - e^{-x}) Π_{y ∈ S} q(rel_y - x)`` has, where the sample's ``q`` are
+    small, its peak near ``x = -log(k + 1)`` with a width of about ``1 / sqrt(k + 1)``: the
+    rule's error grows with ``k`` at a fixed step (step 0.2: relative 1e-5 at k = 40, 1e-3 at
+    k = 80; R5 review). So the spacing is ``step · min(1, 4 / sqrt(k + 1))`` (``step`` itself
+    for k <= 15), the lower end ``min(-6, -log(k + 1) - 2)`` (-6 for k < 54; the integrand
+    there is below e^{-39} of its peak) and the upper end 40 past both the largest ``rel`` and
+    0 (the integrand falls like e^{-x} or faster beyond them; ``rel_max`` far below 0, a sample
+    of tiny probability, made the old upper end fall below the lower one).
+    """
+    h = step * min(1.0, 4.0 / math.sqrt(k + 1))
+    lo = min(-6.0, -math.log(k + 1) - 2.0)
+    hi = max(rel_max, 0.0) + 40.0
+    return torch.arange(lo, hi + h, h, dtype=torch.float64, device=device), h
+
+
 def sbs_estimator_moments(log_probs: torch.Tensor, values: torch.Tensor, k: int, *,
                           step: float = 0.2) -> SBSMoments:
     """Exact bias and variance of the stochastic-beam-search estimators for a small model.
@@ -1114,7 +1133,9 @@ def sbs_estimator_moments(log_probs: torch.Tensor, values: torch.Tensor, k: int,
         The beam size, ``1 ≤ k``; ``k ≥ n`` samples every sequence (variance 0).
     step : float
         Quadrature step in ``t`` (default 0.2: on chapter 8's toy model the moments at steps 0.2,
-        0.1 and 0.05 agree to 2e-15; at 0.3 to 6e-10).
+        0.1 and 0.05 agree to 2e-15; at 0.3 to 6e-10), for ``k <= 15``; for larger ``k`` the
+        step taken is ``step · 4 / sqrt(k + 1)``, since the integrand's peak narrows like
+        ``1 / sqrt(k + 1)``.
 
     Returns
     -------
@@ -1164,17 +1185,22 @@ def sbs_estimator_moments(log_probs: torch.Tensor, values: torch.Tensor, k: int,
         inside = torch.zeros(c, n, dtype=torch.bool).scatter_(1, chunk, True)
         phi_c = torch.logsumexp(phi.masked_fill(inside, -math.inf), dim=1)        # [c]
         rel = phi[chunk] - phi_c.unsqueeze(1)                                     # [c, k]
-        # the integrands fall like e^{-x} or faster beyond the largest rel: e^{-40} = 4e-18
-        hi = float(rel.max()) + 40.0
-        x = torch.arange(-6.0, hi + step, step, dtype=torch.float64)              # [m]
+        x, h = _threshold_grid(float(rel.max()), k, step)                         # [m]
         # Gumbel(φ_C) density at t = φ_C + x, and e^{φ_y - t} = e^{rel - x}
         log_pdf = -x - torch.exp(-x)
         z = torch.exp(rel.unsqueeze(2) - x)                                       # [c, k, m]
         q = -torch.expm1(-z)
-        dens = torch.exp(log_pdf + torch.log(q).sum(1)) * step                    # [c, m]
+        dens = torch.exp(log_pdf + torch.log(q).sum(1)) * h                       # [c, m]
         w = p[chunk].unsqueeze(2) / q                                             # p/q
         est = (w * f[chunk].unsqueeze(2)).sum(1)                                  # unbiased
         est_n = est / w.sum(1)                                                    # normalised
+        # where a q underflows to 0 (φ_y - t below -745) the density is 0 and p/q = inf:
+        # those points contribute 0, not 0 * inf = NaN (R5 review: a sequence of
+        # log-probability -800 made every moment NaN)
+        live = dens > 0
+        dens = torch.where(live, dens, 0.0)
+        est = torch.where(live, est, 0.0)
+        est_n = torch.where(live, est_n, 0.0)
         mass += dens.sum()
         m1 += (dens * est).sum()
         n1 += (dens * est_n).sum()
@@ -1201,10 +1227,14 @@ def unordered_set_weights(log_probs: torch.Tensor, *, step: float = 0.2) -> Unor
     ``E_p[f]`` is ``Σ_{s ∈ S} p(s) R(S, s) f(s)`` with the leave-one-out ratio
     ``R(S, s) = p^{D∖s}(S ∖ s) / p(S)`` (``p^{D∖s}``: sampling without ``s``, renormalised). It is
     unbiased: ``Σ_S p(S) p(s) R(S, s) = p(s) Σ_{S ∋ s} p^{D∖s}(S ∖ s) = p(s)``. For a gradient,
-    ``Σ_s p(s) R(S, s) ∇log p(s) (f(s) - B(S, s))`` stays unbiased when ``B(S, s)`` is, given
-    ``s ∈ S``, an unbiased estimate of ``E_p[f]`` from the rest of the sample:
-    ``B(S, s) = p(s) f(s) + Σ_{s' ∈ S ∖ s} p(s') p^{D∖{s,s'}}(S ∖ {s,s'}) / p^{D∖s}(S ∖ s) f(s')``.
-    Then ``E[B | s ∈ S]`` is ``E_p[f]`` whatever ``s`` is, and ``Σ_s ∇p(s) E_p[f] = 0``.
+    ``Σ_s p(s) R(S, s) ∇log p(s) (f(s) - B(S, s))`` has the mean
+    ``Σ_s ∇p(s) Σ_{S ∋ s} p^{D∖s}(S ∖ s) (f(s) - B(S, s))``: each ``B(S, s)`` is averaged over
+    the rest of the sample drawn from ``D ∖ s`` (the law of ``S ∖ s`` when ``s`` is drawn
+    *first*, not the law of ``S`` given ``s ∈ S``). The baseline
+    ``B(S, s) = p(s) f(s) + Σ_{s' ∈ S ∖ s} p(s') p^{D∖{s,s'}}(S ∖ {s,s'}) / p^{D∖s}(S ∖ s) f(s')``
+    is ``p(s) f(s)`` plus the unordered set estimate of ``(1 - p(s)) E_{p^{D∖s}}[f]`` from
+    ``S ∖ s``, so under that law its mean is ``E_p[f]`` whatever ``s`` is, and
+    ``Σ_s ∇p(s) E_p[f] = 0``. (Given only ``s ∈ S``, its mean is in general not ``E_p[f]``.)
 
     Every set probability here is an integral over the threshold of the Gumbel-top-k draw
     (:func:`sbs_estimator_moments`): ``p^{D∖A}(S ∖ A) = ∫ gumbel_pdf(t; φ_C) Π_{y ∈ S∖A} q_t(y) dt``
@@ -1218,7 +1248,10 @@ def unordered_set_weights(log_probs: torch.Tensor, *, step: float = 0.2) -> Unor
         Log-probabilities ``log p(s)`` of the ``k`` distinct sampled sequences (finite, their
         probabilities summing to less than 1: some mass must lie outside the sample).
     step : float
-        Quadrature step in ``t`` (default 0.2).
+        Quadrature step in ``t`` (default 0.2) for ``k <= 15``; ``step · 4 / sqrt(k + 1)`` for
+        larger ``k`` (the integrand's peak narrows like ``1 / sqrt(k + 1)``). The integrals are
+        summed in logs, so a sample of tiny probability (``p(S)`` below the smallest double)
+        still gets finite weights.
 
     Returns
     -------
@@ -1249,22 +1282,25 @@ def unordered_set_weights(log_probs: torch.Tensor, *, step: float = 0.2) -> Unor
     phi_c = torch.where(lse > -math.log(2), torch.log(-torch.expm1(lse)),
                         torch.log1p(-torch.exp(lse)))
     rel = phi - phi_c.unsqueeze(-1)                                    # [..., k]
-    hi = float(rel.max()) + 40.0
-    x = torch.arange(-6.0, hi + step, step, dtype=torch.float64, device=phi.device)
+    x, h = _threshold_grid(float(rel.max()), k, step, phi.device)
     log_pdf = -x - torch.exp(-x)                                       # Gumbel(φ_C) at φ_C + x
     a = rel.unsqueeze(-1) - x                                          # [..., k, m]: φ_y - t
     e = torch.exp(a)
     log_q = torch.where(a < -20, a - e / 2, torch.log(-torch.expm1(-e)))
     full = log_pdf + log_q.sum(-2)                                     # [..., m]
-    i_s = torch.exp(full).sum(-1) * step                               # p(S)
-    i_s1 = torch.exp(full.unsqueeze(-2) - log_q).sum(-1) * step        # [..., k]: p^{D∖s}(S∖s)
-    weights = phi.exp() * i_s1 / i_s.unsqueeze(-1)
+    # The integrals in logs (logsumexp over the grid): a set of k sequences of small
+    # probability has p(S) far below the smallest double (k = 20 sequences of probability
+    # e^-40 each), and the ratios below are of such numbers (R5 review: NaN weights).
+    log_h = math.log(h)
+    log_s = torch.logsumexp(full, -1) + log_h                          # log p(S)
+    log_s1 = torch.logsumexp(full.unsqueeze(-2) - log_q, -1) + log_h   # log p^{D∖s}(S∖s)
+    weights = torch.exp(phi + log_s1 - log_s.unsqueeze(-1))
     if k == 1:
-        return UnorderedSetWeights(weights, None, i_s)
-    # [..., k, k, m]: p^{D∖{s,s'}}(S ∖ {s,s'}) for s ≠ s'
-    i_s2 = torch.exp(full.unsqueeze(-2).unsqueeze(-2) - log_q.unsqueeze(-2)
-                     - log_q.unsqueeze(-3)).sum(-1) * step
-    ratio = i_s2 / i_s1.unsqueeze(-1)                                  # row s: / p^{D∖s}(S∖s)
+        return UnorderedSetWeights(weights, None, log_s.exp())
+    # [..., k, k]: log p^{D∖{s,s'}}(S ∖ {s,s'}) for s ≠ s'
+    log_s2 = torch.logsumexp(full.unsqueeze(-2).unsqueeze(-2) - log_q.unsqueeze(-2)
+                             - log_q.unsqueeze(-3), -1) + log_h
+    ratio = torch.exp(log_s2 - log_s1.unsqueeze(-1))                   # row s: / p^{D∖s}(S∖s)
     eye = torch.eye(k, dtype=torch.bool, device=phi.device)
     baseline = torch.where(eye, torch.ones_like(ratio), ratio) * phi.exp().unsqueeze(-2)
-    return UnorderedSetWeights(weights, baseline, i_s)
+    return UnorderedSetWeights(weights, baseline, log_s.exp())
