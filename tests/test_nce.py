@@ -890,3 +890,50 @@ def test_infonce_exact_low_precision_joint(dtype):
     assert float(infonce_exact(J, 3)) == pytest.approx(float(infonce_exact(ref, 3)), abs=1e-12)
     with pytest.raises(ValueError, match="argument 'joint' must sum to 1"):
         infonce_exact(J * 1.5, 3)
+
+
+@pytest.mark.parametrize("k", [0.5, 1, 4, 25])
+def test_asymptotic_covariance_full_matrix_is_gutmann_hyvarinen_theorem(k):
+    # cold review R5: the tests compared only the exponent's entry [0, 0], which does not see
+    # the mean term of M (H^-1 m = -e_logZ: it moves only the normaliser's entries); dropping
+    # it passed every test. Gutmann & Hyvarinen (2012), Theorem 3: with g = d log p_theta,
+    # P_nu = k q / (p + k q), I = E_p[P_nu g g^T], m = E_p[P_nu g],
+    # Sigma = I^-1 - (1 + 1/k) I^-1 m m^T I^-1.
+    from softmaxbook.nce import nce_asymptotic_covariance
+    g = torch.Generator().manual_seed(26)
+    V = 12
+    feat = torch.randn(V, 2, generator=g, **f64)
+    lp = torch.log_softmax(feat @ torch.tensor([0.7, -0.4], **f64), 0)
+    jac = torch.cat([feat, -torch.ones(V, 1, **f64)], 1)
+    lq = torch.log_softmax(torch.randn(V, generator=g, **f64), 0)
+    p, q = lp.exp(), lq.exp()
+    w = p * k * q / (p + k * q)
+    info = (jac.T * w) @ jac
+    m = (jac * w[:, None]).sum(0)
+    Ii = torch.linalg.inv(info)
+    sigma = Ii - (1 + 1 / k) * Ii @ torch.outer(m, m) @ Ii
+    got = nce_asymptotic_covariance(lp, lq, k, jac)
+    assert torch.allclose(got, sigma, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_asymptotic_covariance_low_precision_log_probs(dtype):
+    # cold review R5: a log_softmax in float16/bfloat16 was refused as not log-probabilities
+    from softmaxbook.nce import nce_asymptotic_covariance
+    lw, jac, p, _ = _zipf(40)
+    q = torch.softmax(-0.5 * lw, 0)
+    lp = torch.log_softmax((-1.2 * lw).to(dtype), 0)
+    lq = torch.log_softmax((-0.5 * lw).to(dtype), 0)
+    got = nce_asymptotic_covariance(lp, lq, 3, jac.to(dtype))
+    ref = nce_asymptotic_covariance(p.log(), q.log(), 3, jac)
+    assert got.dtype == torch.float64
+    assert torch.allclose(got, ref, rtol=0.1)
+    with pytest.raises(ValueError, match="argument 'log_q' must hold log-probabilities"):
+        nce_asymptotic_covariance(lp, lq - 0.5, 3, jac.to(dtype))
+
+
+def test_asymptotic_covariance_unidentifiable_parameters():
+    from softmaxbook.nce import nce_asymptotic_covariance
+    lw, jac, p, _ = _zipf(6)
+    with pytest.raises(ValueError, match="argument 'jacobian' must have linearly independent"):
+        nce_asymptotic_covariance(p.log(), p.log(), 2, torch.cat([jac, 2 * jac[:, :1]], 1))

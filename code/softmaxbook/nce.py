@@ -822,9 +822,10 @@ def nce_asymptotic_covariance(log_p: torch.Tensor, log_q: torch.Tensor, k: float
         check_no_nan(x, name, func)
         if not bool(torch.isfinite(x).all()):
             raise ValueError(f"{func}: argument '{name}' must be finite")
+    # log-probabilities rounded to their dtype sum to 1 only to that rounding (bfloat16: ~1e-3)
     for name, x in (("log_p", log_p), ("log_q", log_q)):
         total = float(torch.logsumexp(x.double(), 0))
-        if abs(total) > 1e-6:
+        if abs(total) > max(1e-6, 4 * x.numel() ** 0.5 * torch.finfo(x.dtype).eps):
             raise ValueError(f"{func}: argument '{name}' must hold log-probabilities (their exp "
                              f"summing to 1), got logsumexp {total:.6g}")
     if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k <= 0:
@@ -840,7 +841,12 @@ def nce_asymptotic_covariance(log_p: torch.Tensor, log_q: torch.Tensor, k: float
         return (g.T * w) @ g - torch.outer(m, m)
 
     M = cov(-sn[:, None] * jac, p) + k * cov(sp[:, None] * jac, q)
-    Hi = torch.linalg.inv(H)
+    try:
+        Hi = torch.linalg.inv(H)
+    except torch.linalg.LinAlgError:
+        raise ValueError(f"{func}: argument 'jacobian' must have linearly independent columns "
+                         "(the parameters must be identifiable): H = sum_w (p + k q) "
+                         "sigma(d) sigma(-d) J J^T is singular") from None
     return Hi @ M @ Hi
 
 
