@@ -541,3 +541,19 @@ def test_symmetric_infonce_accepts_right_answers(answer, capsys):
 def test_symmetric_infonce_rejects_wrong_answers(answer):
     with pytest.raises(ExerciseCheckFailed):
         check("nce-infonce-symmetric", answer)
+
+
+@pytest.mark.parametrize("to_low", [
+    lambda v: torch.tensor(v, dtype=torch.float32),
+    lambda v: torch.tensor(v, dtype=torch.bfloat16),
+    lambda v: np.float32(v),
+])
+def test_symmetric_infonce_float32_is_refused_for_its_precision(to_low):
+    # cold review R5: a float32 result of the right formula was refused with the formula's hint
+    # (about the partner's ratio and the binomial count), as if the derivation were wrong
+    def float32_answer(m, eps, k):
+        return to_low(_binomial_infonce(m, eps, k))
+
+    with pytest.raises(ExerciseCheckFailed, match=r"(?s)float64.*1e-9") as e:
+        check("nce-infonce-symmetric", float32_answer)
+    assert "Binomial" not in str(e.value)

@@ -452,6 +452,20 @@ def _check_symmetric_infonce(symmetric_infonce):
         with _package_forbidden():
             got = call(symmetric_infonce, m, eps, k, input_desc=desc,
                        forbid_reason=_NO_PACKAGE)
+        # a float32 answer is right to its rounding (~1e-7) but not to the 1e-9 compared below:
+        # say so, rather than let the formula's hint suggest the derivation is wrong
+        low = None
+        if (isinstance(got, torch.Tensor) and got.is_floating_point()
+                and got.dtype != torch.float64):
+            low = str(got.dtype)
+        elif isinstance(got, np.floating) and not isinstance(got, np.float64):
+            low = f"numpy.{type(got).__name__}"
+        if low is not None:
+            expect_true(False, f"for input {desc} your bound is {low}; the task asks for a "
+                               "float in float64 precision.",
+                        hint=f"compute in float64 (Python floats, or tensors with "
+                             f"dtype=torch.float64): {low} rounds at about 1e-7 or worse, "
+                             "far above the 1e-9 relative that this check compares to.")
         if isinstance(got, torch.Tensor) and got.numel() == 1:
             got = float(got)
         if isinstance(got, float) and math.isnan(got):
