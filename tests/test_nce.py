@@ -937,3 +937,31 @@ def test_asymptotic_covariance_unidentifiable_parameters():
     lw, jac, p, _ = _zipf(6)
     with pytest.raises(ValueError, match="argument 'jacobian' must have linearly independent"):
         nce_asymptotic_covariance(p.log(), p.log(), 2, torch.cat([jac, 2 * jac[:, :1]], 1))
+
+
+def test_asymptotic_covariance_theta_block_at_q_equal_p():
+    # the docstring's claim, with two parameters besides the normaliser
+    from softmaxbook.nce import nce_asymptotic_covariance
+    g = torch.Generator().manual_seed(5)
+    feat = torch.randn(9, 2, generator=g, **f64)
+    lp = torch.log_softmax(feat @ torch.tensor([0.5, 1.1], **f64), 0)
+    jac = torch.cat([feat, -torch.ones(9, 1, **f64)], 1)
+    fisher = torch.cov(feat.T, aweights=lp.exp(), correction=0)
+    for k in (1, 3):
+        cov = nce_asymptotic_covariance(lp, lp, k, jac)
+        assert torch.allclose(cov[:2, :2], (1 + 1 / k) * torch.linalg.inv(fisher), rtol=1e-9)
+        assert abs(float(torch.linalg.det(cov))) < 1e-10 * float(cov.diagonal().prod())
+
+
+def test_infonce_below_mutual_information_for_any_critic():
+    # I_NCE <= I(X; Y) holds for every critic, not only the best one
+    from softmaxbook.nce import infonce_exact
+    g = torch.Generator().manual_seed(11)
+    for _ in range(10):
+        P = torch.rand(3, 4, generator=g, **f64) ** 3
+        P /= P.sum()
+        mi = _mutual_information(P)
+        for k in (1, 2, 4):
+            crit = 3 * torch.randn(3, 4, generator=g, **f64)
+            assert float(infonce_exact(P, k, crit)) <= min(mi, math.log(k + 1)) + 1e-12
+            assert float(infonce_exact(P, k, crit)) <= float(infonce_exact(P, k)) + 1e-12

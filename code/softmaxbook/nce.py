@@ -787,9 +787,10 @@ def nce_asymptotic_covariance(log_p: torch.Tensor, log_q: torch.Tensor, k: float
         H = Σ_w (p + k q) σ(d) σ(-d) J Jᵀ,
         M = Cov_p(σ(-d) J) + k Cov_q(σ(d) J).
 
-    At ``q = p`` it is ``(1 + 1/k)`` times maximum likelihood's ``I⁻¹`` (with the same
-    parameters); Chehab et al. (2022) show that the ``q`` which minimises it is in general not
-    ``p``.
+    At ``q = p`` its block for the model's own parameters (all but the normaliser) is
+    ``(1 + 1/k)`` times maximum likelihood's ``I⁻¹`` for the normalised model, and the whole
+    matrix is singular (the normaliser moves with them); Chehab et al. (2022) show that the ``q``
+    which minimises it is in general not ``p``.
 
     Parameters
     ----------
@@ -860,7 +861,7 @@ def infonce_exact(joint: torch.Tensor, k: int, critic: torch.Tensor | None = Non
 
     For every critic ``f``, ``I_NCE ≤ I(X; Y)``, and ``I_NCE ≤ log(k + 1)`` (the ratio is at most
     ``k + 1``): a bound that cannot certify more than ``log(k + 1)`` nats, however large the
-    mutual information (Poole et al. 2019). With the best critic, ``f = log p(y | x) / p(y)``
+    mutual information (Poole et al. 2019). With the best critic, ``f = log(p(y | x) / p(y))``
     (the default), it tends to ``I(X; Y)`` as ``k`` grows.
 
     Exact: given ``x``, the negatives enter only through ``Σ_j e^{f(x, y_j)}``, which depends on
