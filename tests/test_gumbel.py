@@ -1383,3 +1383,25 @@ def test_gumbel_rao_edges():
 def test_gumbel_rao_bad_arguments(args, kwargs, exc, match):
     with pytest.raises(exc, match="gumbel_rao: .*" + match):
         gumbel_rao(*args, **kwargs)
+
+
+def test_gumbel_given_argmax_gradcheck():
+    # with the noise replayed (a fresh generator per call) it is a smooth function of the logits
+    x = torch.tensor([[0.3, -0.7, 1.2], [2.0, 0.0, -1.0]], dtype=torch.float64,
+                     requires_grad=True)
+    d = torch.tensor([0, 2])
+    assert torch.autograd.gradcheck(lambda t: gumbel_given_argmax(t, d, generator=gen(5)), (x,))
+
+
+def test_gumbel_rao_one_row_and_many_rows():
+    # a 1-d row gives what the same row gives as the only row of a batch (same noise)
+    x = torch.tensor([0.5, -0.3, 1.0], dtype=torch.float64)
+    one, d1 = gumbel_rao(x, 0.5, samples=3, generator=gen(6), return_index=True)
+    many, d2 = gumbel_rao(x[None], 0.5, samples=3, generator=gen(6), return_index=True)
+    assert one.shape == (3,) and d1.shape == () and torch.equal(one, many[0]) and d1 == d2[0]
+    assert gumbel_given_argmax(x, torch.tensor(2), generator=gen(6)).shape == (3,)
+
+
+def test_gumbel_rao_rejects_plus_inf():
+    with pytest.raises(ValueError, match=r"gumbel_rao: .*'logits' contains \+inf"):
+        gumbel_rao(torch.tensor([[0.0, math.inf]]), 1.0)
