@@ -13,7 +13,8 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 def test_registered():
     assert registered("gumbel") == ["gumbel-ex-max-of-gumbels", "gumbel-ex-max-sampler",
-                                    "gumbel-ex-plackett-luce", "gumbel-ex-truncated-inverse"]
+                                    "gumbel-ex-plackett-luce", "gumbel-ex-race-key",
+                                    "gumbel-ex-truncated-inverse"]
 
 
 def test_labels_agree_with_the_chapter():
@@ -682,3 +683,74 @@ def test_truncated_inverse_rejects_changing_u_in_place():
     # R4 review: it passed
     with pytest.raises(ExerciseCheckFailed, match="changed its arguments in place"):
         check("gumbel-ex-truncated-inverse", in_place)
+
+
+# --- gumbel-ex-race-key ------------------------------------------------------------------------
+import numpy as np  # noqa: E402
+
+
+def right_race_key(log_weight, u):
+    return log_weight - torch.log(-torch.log(u))
+
+
+def right_race_key_exp_variable(log_weight, u):  # E = -log U is Exp(1); key = log w - log E
+    e = torch.log(u) * -1
+    return -torch.log(e) + log_weight
+
+
+def right_race_key_numpy(log_weight, u):
+    return torch.from_numpy(log_weight.numpy() - np.log(-np.log(u.numpy())))
+
+
+@pytest.mark.parametrize("answer", [right_race_key, right_race_key_exp_variable,
+                                    right_race_key_numpy])
+def test_race_key_accepts_right_answers(answer):
+    assert check("gumbel-ex-race-key", answer)
+
+
+def _in_place(log_weight, u):
+    return log_weight - torch.log(u.log_().neg_())
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the key itself, formed, then sent through -log(-log .): 1 or 0 at extreme weights
+    (lambda x, u: -torch.log(-torch.log(u ** torch.exp(-x))), "(?s)rounds to 1.*Simplify"),
+    (lambda x, u: -torch.log(-torch.log(u ** (1 / torch.exp(x)))), "(?s)rounds to 1.*Simplify"),
+    # half simplified: -log(-log(u) / w), the weight still exponentiated
+    (lambda x, u: -torch.log(-torch.log(u) * torch.exp(-x)), "(?s)rounds to 1.*Simplify"),
+    # the sign of the Gumbel term
+    (lambda x, u: x + torch.log(-torch.log(u)), "sign of the term in u"),
+    # the sign of the log-weight
+    (lambda x, u: -x - torch.log(-torch.log(u)), "sign of the log-weight"),
+    # one log too few: log w - log u (an exponential, not a Gumbel)
+    (lambda x, u: x - torch.log(u), "(?s)moderate.*log of a power"),
+    # the weight where the log-weight belongs
+    (lambda x, u: torch.exp(x) - torch.log(-torch.log(u)), "(?s)moderate.*log of a power"),
+    # 1 - u for u: the same law, another value
+    (lambda x, u: x - torch.log(-torch.log(1 - u)), "1 - u has the same law"),
+    # the Efraimidis-Spirakis key itself, and its log
+    (lambda x, u: u ** torch.exp(-x), r"the key u \*\* \(1 / w\) itself"),
+    (lambda x, u: torch.log(u) / torch.exp(x), r"the key u \*\* \(1 / w\) itself"),
+    # log(1 / u) for -log u: loses the digits near u = 1
+    (lambda x, u: x - torch.log(torch.log(1 / u)), "(?s)near 0 and near 1.*from u itself"),
+    # log1p(u - 1) for log u: u - 1 rounds to -1 for u = 1e-300
+    (lambda x, u: x - torch.log(-torch.log1p(u - 1)), "(?s)near 0 and near 1.*rounds to -1"),
+    # float32
+    (lambda x, u: right_race_key(x.float(), u.float()), "is torch.float32"),
+    # changing u in place
+    (_in_place, "changed its arguments in place"),
+    (lambda x, u: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_race_key_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("gumbel-ex-race-key", answer)
+
+
+def test_race_key_rejects_an_answer_right_only_on_moderate_inputs():
+    def clamped(x, u):  # the naive key with the log-weight clamped to [-20, 20]: wrong beyond
+        x = x.clamp(-20, 20)
+        return -torch.log(-torch.log(u ** torch.exp(-x)))
+
+    with pytest.raises(ExerciseCheckFailed, match="large log-weights"):
+        check("gumbel-ex-race-key", clamped)

@@ -1058,3 +1058,352 @@ def test_gumbel_with_max_returns_the_true_argmax_where_float32_ties(t):
     assert torch.equal(values64.argmax(-1), argmax64)
     with pytest.raises(TypeError, match="^gumbel_with_max: argument 'return_argmax' must be"):
         gumbel_with_max(loc, torch.zeros(500), return_argmax="yes")
+
+
+# ------------------------------------------------------------------------------------------------
+# weighted_reservoir (Efraimidis & Spirakis 2006, A-Res) = Gumbel-top-k over a stream
+# ------------------------------------------------------------------------------------------------
+from softmaxbook.gumbel import gumbel_given_argmax, gumbel_rao, weighted_reservoir  # noqa: E402
+
+RES_LOGITS = [0.4, -0.6, 1.1, 0.0, -1.5, 0.7]
+
+
+def set_probabilities(logits, k):
+    """Exact probability of each k-subset (sorted tuple) of a draw without replacement: the sum
+    of the Plackett-Luce probabilities of its k! orders (enumeration)."""
+    probs = {}
+    for order in itertools.permutations(range(len(logits)), k):
+        key = tuple(sorted(order))
+        probs[key] = probs.get(key, 0.0) + pl_prob_bruteforce(logits, order)
+    return probs
+
+
+def as_chunks(logits):
+    # a number, a 0-d tensor, a 1-d chunk and a float32 chunk: every kind of item
+    yield logits[0]
+    yield torch.tensor(logits[1], dtype=torch.float64)
+    yield torch.tensor(logits[2:4], dtype=torch.float64)
+    yield torch.tensor(logits[4:], dtype=torch.float64)
+
+
+def reservoir_sets(sampler, logits, k, runs, seed):
+    g = gen(seed)
+    probs = set_probabilities(logits, k)
+    code = {s: i for i, s in enumerate(probs)}
+    counts = np.zeros(len(probs), dtype=np.int64)
+    for _ in range(runs):
+        counts[code[tuple(sorted(sampler(as_chunks(logits), k, generator=g).tolist()))]] += 1
+    return counts, np.array(list(probs.values()))
+
+
+def test_set_probabilities_are_exact():
+    probs = set_probabilities(RES_LOGITS, 3)
+    assert len(probs) == math.comb(6, 3) and sum(probs.values()) == pytest.approx(1, abs=1e-14)
+    # inclusion probabilities sum to k
+    incl = [sum(p for s, p in probs.items() if i in s) for i in range(6)]
+    assert sum(incl) == pytest.approx(3, abs=1e-13)
+
+
+def test_weighted_reservoir_is_gumbel_topk_on_the_same_uniforms():
+    x = torch.tensor(RES_LOGITS, dtype=torch.float64)
+    for k in (1, 3, 6):
+        state = gen(5).get_state()
+        g = torch.Generator()
+        g.set_state(state)
+        pos, keys = weighted_reservoir(as_chunks(RES_LOGITS), k, generator=g, return_keys=True)
+        g.set_state(state)
+        idx, vals = gumbel_topk(x, k, generator=g, return_perturbed=True)
+        assert torch.equal(pos, idx) and torch.equal(keys, vals)
+    # float32 chunks are computed in float64: the same result as gumbel_topk on float64
+    g.set_state(state)
+    pos = weighted_reservoir(iter([x.float()]), 3, generator=g)
+    g.set_state(state)
+    assert torch.equal(pos, gumbel_topk(x.float().double(), 3, generator=g))
+
+
+def test_weighted_reservoir_keys_are_monotone_in_the_efraimidis_spirakis_keys():
+    # u^(1/w) against log w - log(-log u) on the same uniforms: the same order, and the first is
+    # exp(-exp(-second))
+    state = gen(6).get_state()
+    g = torch.Generator()
+    g.set_state(state)
+    logw = torch.linspace(-2, 2, 40, dtype=torch.float64)
+    pos, keys = weighted_reservoir(iter(logw), 40, generator=g, return_keys=True)
+    g.set_state(state)
+    u = torch.rand(40, dtype=torch.float64, generator=g)
+    es = u ** (1 / logw.exp())
+    assert torch.equal(pos, es.argsort(descending=True))
+    # read forwards (well conditioned): key = exp(-exp(-(log w + G))); backwards, -log(-log key)
+    # loses every digit where the key rounds to 1
+    assert torch.allclose(torch.exp(-torch.exp(-keys)), es[pos], rtol=1e-12, atol=0)
+
+
+def test_weighted_reservoir_keeps_order_where_the_power_key_underflows():
+    # weights 1e-6 .. 1e-4: u^(1/w) is 0 in float64 for (nearly) every u; our keys stay distinct
+    logw = torch.log(torch.tensor([1e-6, 1e-5, 1e-4, 3e-6], dtype=torch.float64))
+    state = gen(8).get_state()
+    g = torch.Generator()
+    g.set_state(state)
+    u = torch.rand(4, dtype=torch.float64, generator=g)
+    assert (u ** (1 / logw.exp()) == 0).all()
+    g.set_state(state)
+    pos, keys = weighted_reservoir(iter(logw), 4, generator=g, return_keys=True)
+    assert torch.isfinite(keys).all() and keys.unique().numel() == 4
+
+
+def test_weighted_reservoir_subsets_follow_sampling_without_replacement():
+    # chi-square over the 20 subsets of size 3 of 6 items, exact probabilities by enumeration
+    # (P_CUT: a correct sampler fails with probability 1e-3; seeds 30, 31, 32 gave p = 0.55, 0.77,
+    # 0.98)
+    counts, probs = reservoir_sets(weighted_reservoir, RES_LOGITS, 3, 3000, 30)
+    assert stats.chisquare(counts, counts.sum() * probs).pvalue > P_CUT
+    # inclusion probabilities, each within 5 standard errors (false alarm 5.7e-7 per item)
+    probs_by_set = set_probabilities(RES_LOGITS, 3)
+    sets = list(probs_by_set)
+    for i in range(6):
+        p_i = sum(p for s, p in probs_by_set.items() if i in s)
+        share = sum(c for s, c in zip(sets, counts) if i in s) / counts.sum()
+        assert abs(share - p_i) < 5 * math.sqrt(p_i * (1 - p_i) / counts.sum())
+
+
+def wrong_reservoir(stream, k, generator):
+    """The classic wrong key u * w (linear in the weight instead of u^(1/w)), else the same."""
+    items = torch.cat([torch.as_tensor(c, dtype=torch.float64).reshape(-1) for c in stream])
+    u = torch.rand(items.shape, dtype=torch.float64, generator=generator)
+    return (u * items.exp()).topk(k).indices
+
+
+def test_weighted_reservoir_chi2_rejects_the_key_u_times_w():
+    # the same test at the same size: p ~ 1e-117
+    counts, probs = reservoir_sets(wrong_reservoir, RES_LOGITS, 3, 3000, 30)
+    assert stats.chisquare(counts, counts.sum() * probs).pvalue < P_CUT
+
+
+def test_weighted_reservoir_impossible_items_and_laziness():
+    consumed = []
+
+    def stream():
+        for i, v in enumerate([0.0, -math.inf, 1.0, -math.inf, 0.5]):
+            consumed.append(i)
+            yield v
+
+    pos = weighted_reservoir(stream(), 3, generator=gen(1))
+    assert sorted(pos.tolist()) == [0, 2, 4] and consumed == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="possible items"):
+        weighted_reservoir(stream(), 4, generator=gen(1))
+    # float16 and bfloat16 chunks, one item, k = 1
+    for dtype in (torch.float16, torch.bfloat16):
+        assert weighted_reservoir([torch.tensor([0.0, 1.0], dtype=dtype)], 1).shape == (1,)
+    assert weighted_reservoir([2.5], 1).tolist() == [0]
+    # near-certain: one weight e^50 times the others is drawn first every time
+    firsts = [weighted_reservoir(iter([0.0, 50.0, 0.0]), 2, generator=gen(s))[0].item()
+              for s in range(20)]
+    assert firsts == [1] * 20
+
+
+@pytest.mark.parametrize("stream, k, kwargs, exc, match", [
+    ([], 1, {}, ValueError, "'stream' was empty"),
+    ([0.0, 1.0], 3, {}, ValueError, "argument 'k'=3 is larger than the number of items"),
+    ([0.0], 0, {}, ValueError, "argument 'k' must be >= 1"),
+    ([0.0], 1.0, {}, TypeError, "argument 'k' must be an int"),
+    ([0.0, math.nan], 1, {}, ValueError, "yielded NaN at item 1"),
+    ([math.inf], 1, {}, ValueError, r"yielded \+inf at item 0"),
+    (["a"], 1, {}, TypeError, "yielded a str at item 0"),
+    ([torch.zeros(2, 2)], 1, {}, ValueError, r"shape \(2, 2\) at item 0"),
+    ([torch.tensor([1, 2])], 1, {}, TypeError, "dtype torch.int64 at item 0"),
+    (torch.zeros(3), 1, {}, TypeError, "'stream' must be an iterable"),
+    (5, 1, {}, TypeError, "'stream' must be an iterable"),
+    ([0.0], 1, {"generator": 3}, TypeError, "argument 'generator'"),
+    ([0.0], 1, {"return_keys": 1}, TypeError, "argument 'return_keys' must be a bool"),
+])
+def test_weighted_reservoir_bad_arguments(stream, k, kwargs, exc, match):
+    with pytest.raises(exc, match="weighted_reservoir: " + ".*" + match):
+        weighted_reservoir(stream, k, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# gumbel_given_argmax and gumbel_rao (Paulus et al. 2021)
+# ------------------------------------------------------------------------------------------------
+GR_LOGITS = torch.tensor([0.5, -0.3, 1.0, 0.0], dtype=torch.float64)
+
+
+def test_gumbel_given_argmax_puts_the_maximum_at_index():
+    x = torch.tensor([[0.5, -0.3, -math.inf, 0.0], [30.0, -30.0, 0.0, 1.0]], dtype=torch.float64)
+    for d in ([0, 1], [3, 1], [1, 0]):
+        z = gumbel_given_argmax(x.expand(500, 2, 4), torch.tensor(d).expand(500, 2),
+                                generator=gen(2))
+        assert torch.equal(z.argmax(-1), torch.tensor(d).expand(500, 2))
+        assert torch.isneginf(z[:, 0, 2]).all() and torch.isfinite(z[:, 1]).all()
+
+
+def test_gumbel_given_argmax_mixed_over_the_softmax_is_the_unconditioned_law():
+    # D ~ softmax, then Z | D: each coordinate must be Gumbel(logits_i) (KS, Bonferroni over 4)
+    n = 20000
+    d = gumbel_max(GR_LOGITS.expand(n, 4), generator=gen(40))
+    z = gumbel_given_argmax(GR_LOGITS.expand(n, 4), d, generator=gen(41))
+    ps = [ks_p(z[:, i], lambda g, i=i: gumbel_cdf(g, GR_LOGITS[i].item())) for i in range(4)]
+    assert min(ps) > P_CUT / 4
+    # and the maximum is Gumbel(logsumexp) given any argmax
+    top = z.max(-1).values
+    lse = torch.logsumexp(GR_LOGITS, 0).item()
+    assert min(ks_p(top[d == i], lambda g: gumbel_cdf(g, lse)) for i in range(4)) > P_CUT / 4
+
+
+def test_gumbel_given_argmax_ks_rejects_the_winners_own_location():
+    # the plausible mistake: Z_D ~ Gumbel(logits_D) (the winner's own location, not logsumexp)
+    n = 20000
+    d = gumbel_max(GR_LOGITS.expand(n, 4), generator=gen(40))
+    top = sample_gumbel(n, generator=gen(42), dtype=torch.float64) + GR_LOGITS[d]
+    g = sample_gumbel((n, 4), generator=gen(43), dtype=torch.float64) + GR_LOGITS
+    z = (-torch.logaddexp(-top[:, None], -g)).scatter(-1, d[:, None], top[:, None])
+    ps = [ks_p(z[:, i], lambda g, i=i: gumbel_cdf(g, GR_LOGITS[i].item())) for i in range(4)]
+    assert min(ps) < P_CUT / 4
+
+
+def test_gumbel_given_argmax_extremes_dtypes_and_gradient():
+    x = torch.tensor([[800.0, -800.0, 0.0], [-1e4, 0.0, 1e4]], dtype=torch.float64)
+    z = gumbel_given_argmax(x, torch.tensor([1, 0]), generator=gen(3))
+    assert torch.isfinite(z).all() and torch.equal(z.argmax(-1), torch.tensor([1, 0]))
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        z = gumbel_given_argmax(torch.zeros(3, 5, dtype=dtype), torch.tensor([0, 4, 2]),
+                                generator=gen(3))
+        assert z.dtype == dtype and z.shape == (3, 5)
+    # an empty batch, one row as a 1-d tensor
+    assert gumbel_given_argmax(torch.zeros(0, 3), torch.zeros(0, dtype=torch.long)).shape == (0, 3)
+    assert gumbel_given_argmax(torch.zeros(3), torch.tensor(1)).shape == (3,)
+    th = torch.tensor([0.0, -math.inf, 1.0], dtype=torch.float64, requires_grad=True)
+    z = gumbel_given_argmax(th, torch.tensor(2), generator=gen(3))
+    z[[0, 2]].sum().backward()
+    assert torch.isfinite(th.grad).all() and th.grad[1] == 0
+
+
+@pytest.mark.parametrize("logits, index, exc, match", [
+    (torch.zeros(2, 3), torch.tensor([0, 3]), ValueError, r"outside \[0, 3\)"),
+    (torch.zeros(2, 3), torch.tensor([0]), ValueError, r"'index' of shape \(1,\) does not fit"),
+    (torch.zeros(2, 3), torch.tensor([0.0, 1.0]), TypeError, "'index' must be an integer"),
+    (torch.zeros(2, 3), [0, 1], TypeError, "'index' must be a torch.Tensor"),
+    (torch.tensor([[0.0, -math.inf]]), torch.tensor([1]), ValueError, "logit is -inf"),
+    (torch.tensor([[0.0, math.nan]]), torch.tensor([0]), ValueError, "'logits' contains NaN"),
+    (torch.tensor([[0.0, math.inf]]), torch.tensor([0]), ValueError, r"'logits' contains \+inf"),
+    (torch.zeros(2, 0), torch.tensor([0, 0]), ValueError, "empty rows"),
+    (torch.tensor([1, 2]), torch.tensor(0), TypeError, "floating-point dtype"),
+])
+def test_gumbel_given_argmax_bad_arguments(logits, index, exc, match):
+    with pytest.raises(exc, match="gumbel_given_argmax: .*" + match):
+        gumbel_given_argmax(logits, index)
+
+
+def gr_test_bed_grads(estimator, tau, n, seed, **kwargs):
+    """Single-sample gradients of E f(z), f(z) = ||z - b||^2, on the chapter's test bed."""
+    b = torch.tensor([0.9, 0.1, 0.0, 0.6], dtype=torch.float64)
+    x = GR_LOGITS.expand(n, 4).clone().requires_grad_()
+    y = estimator(x, tau, generator=gen(seed), **kwargs)
+    return torch.autograd.grad(((y - b) ** 2).sum(), x)[0]
+
+
+def test_gumbel_rao_forward_is_the_gumbel_max_sample():
+    x = torch.tensor([[0.5, -0.3, 1.0, -math.inf]] * 300, dtype=torch.float64)
+    y, d = gumbel_rao(x, 0.5, samples=4, generator=gen(9), return_index=True)
+    assert torch.equal(d, gumbel_max(x, generator=gen(9)))
+    assert torch.equal(y, F_one_hot(d, 4))
+
+
+def F_one_hot(d, n):
+    return torch.nn.functional.one_hot(d, n).double()
+
+
+def test_gumbel_rao_gradient_is_the_mean_jacobian_over_conditional_gumbels():
+    # replay the generator: the K conditional draws given D, then the straight-through Jacobian
+    # at each, averaged
+    tau, k = 0.7, 5
+    x = GR_LOGITS.expand(3, 4).clone().requires_grad_()
+    c = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)
+    y = gumbel_rao(x, tau, samples=k, generator=gen(11))
+    (got,) = torch.autograd.grad((y * c).sum(), x)
+    g = gen(11)
+    d = (sample_gumbel((3, 4), generator=g, dtype=torch.float64) + GR_LOGITS).argmax(-1)
+    z = gumbel_given_argmax(GR_LOGITS.expand(k, 3, 4), d.expand(k, 3), generator=g)
+    th = GR_LOGITS.expand(3, 4).clone().requires_grad_()
+    soft = torch.softmax((th + (z - GR_LOGITS)) / tau, -1).mean(0)
+    (want,) = torch.autograd.grad((soft * c).sum(), th)
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_gumbel_rao_has_the_mean_of_straight_through_and_less_variance():
+    n, tau = 20000, 0.5
+    st_g = gr_test_bed_grads(lambda x, t, generator: gumbel_softmax(x, t, hard=True,
+                                                                     generator=generator),
+                             tau, n, 12)
+    gr_g = gr_test_bed_grads(gumbel_rao, tau, n, 13, samples=10)
+    # the means agree: each coordinate within 5 standard errors of the difference (5.7e-7 each)
+    se = torch.sqrt(st_g.var(0) / n + gr_g.var(0) / n)
+    assert ((st_g.mean(0) - gr_g.mean(0)).abs() < 5 * se).all()
+    # the variance falls (Rao-Blackwell): 0.51 of straight-through's at these settings (0.19 at
+    # tau = 0.1, 0.77 at tau = 1; K = 1 gives 1.00); the sd of such a ratio at n = 20000 is ~0.02
+    var = lambda g: ((g - g.mean(0)) ** 2).sum(-1).mean().item()
+    assert var(gr_g) < 0.65 * var(st_g)
+
+
+def test_gumbel_rao_with_one_sample_has_the_law_of_straight_through():
+    n, tau = 20000, 0.5
+    st_g = gr_test_bed_grads(lambda x, t, generator: gumbel_softmax(x, t, hard=True,
+                                                                     generator=generator),
+                             tau, n, 14)
+    gr1 = gr_test_bed_grads(gumbel_rao, tau, n, 15, samples=1)
+    gr10 = gr_test_bed_grads(gumbel_rao, tau, n, 15, samples=10)
+    # two-sample KS on the first coordinate: K = 1 passes, K = 10 (the twin) is rejected
+    assert stats.ks_2samp(st_g[:, 0].numpy(), gr1[:, 0].numpy()).pvalue > P_CUT
+    assert stats.ks_2samp(st_g[:, 0].numpy(), gr10[:, 0].numpy()).pvalue < P_CUT
+
+
+def test_gumbel_rao_edges():
+    # an impossible class: zero gradient there, no NaN; near-certain rows; 16-bit dtypes
+    x = torch.tensor([[0.0, -math.inf, 2.0], [60.0, 0.0, -60.0]], dtype=torch.float64,
+                     requires_grad=True)
+    y = gumbel_rao(x, 0.3, samples=3, generator=gen(2))
+    (grad,) = torch.autograd.grad((y * torch.tensor([1.0, 2.0, 3.0])).sum(), x)
+    assert torch.isfinite(grad).all() and grad[0, 1] == 0
+    assert y[1, 0] == 1  # e^60 times more likely than the rest
+    for dtype in (torch.float16, torch.bfloat16):
+        y = gumbel_rao(torch.zeros(4, 3, dtype=dtype), 1.0, generator=gen(2))
+        assert y.dtype == dtype and (y.sum(-1) == 1).all()
+    assert gumbel_rao(torch.zeros(0, 3), 1.0).shape == (0, 3)
+
+
+@pytest.mark.parametrize("args, kwargs, exc, match", [
+    ((torch.zeros(2, 3), 0.0), {}, ValueError, "argument 'tau' must be > 0"),
+    ((torch.zeros(2, 3), -1.0), {}, ValueError, "argument 'tau' must be > 0"),
+    ((torch.zeros(2, 3), torch.tensor(1.0, requires_grad=True)), {}, TypeError,
+     "'tau' must not require grad"),
+    ((torch.zeros(2, 3), 1.0), {"samples": 0}, ValueError, "argument 'samples' must be >= 1"),
+    ((torch.zeros(2, 3), 1.0), {"samples": 2.0}, TypeError, "argument 'samples' must be an int"),
+    ((torch.zeros(2, 3), 1.0), {"return_index": 1}, TypeError, "'return_index' must be a bool"),
+    ((torch.tensor([[0.0, math.nan]]), 1.0), {}, ValueError, "'logits' contains NaN"),
+    ((torch.full((1, 2), -math.inf), 1.0), {}, ValueError, "no possible class"),
+    ((torch.zeros(2, 0), 1.0), {}, ValueError, "empty rows"),
+])
+def test_gumbel_rao_bad_arguments(args, kwargs, exc, match):
+    with pytest.raises(exc, match="gumbel_rao: .*" + match):
+        gumbel_rao(*args, **kwargs)
+
+
+def test_gumbel_given_argmax_gradcheck():
+    # with the noise replayed (a fresh generator per call) it is a smooth function of the logits
+    x = torch.tensor([[0.3, -0.7, 1.2], [2.0, 0.0, -1.0]], dtype=torch.float64,
+                     requires_grad=True)
+    d = torch.tensor([0, 2])
+    assert torch.autograd.gradcheck(lambda t: gumbel_given_argmax(t, d, generator=gen(5)), (x,))
+
+
+def test_gumbel_rao_one_row_and_many_rows():
+    # a 1-d row gives what the same row gives as the only row of a batch (same noise)
+    x = torch.tensor([0.5, -0.3, 1.0], dtype=torch.float64)
+    one, d1 = gumbel_rao(x, 0.5, samples=3, generator=gen(6), return_index=True)
+    many, d2 = gumbel_rao(x[None], 0.5, samples=3, generator=gen(6), return_index=True)
+    assert one.shape == (3,) and d1.shape == () and torch.equal(one, many[0]) and d1 == d2[0]
+    assert gumbel_given_argmax(x, torch.tensor(2), generator=gen(6)).shape == (3,)
+
+
+def test_gumbel_rao_rejects_plus_inf():
+    with pytest.raises(ValueError, match=r"gumbel_rao: .*'logits' contains \+inf"):
+        gumbel_rao(torch.tensor([[0.0, math.inf]]), 1.0)

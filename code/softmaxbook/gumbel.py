@@ -29,6 +29,10 @@ References
   Trick for Sampling Sequences Without Replacement*, ICML (eq. 8-10 and Appendix B: the
   numerically stable form of :func:`gumbel_with_max`).
 * Mächler (2012), *Accurately Computing log(1 - exp(-|a|))* (:func:`log1mexp`).
+* Efraimidis & Spirakis (2006), *Weighted random sampling with a reservoir*
+  (:func:`weighted_reservoir`).
+* Paulus, Maddison & Krause (2021), *Rao-Blackwellizing the Straight-Through Gumbel-Softmax
+  Gradient Estimator* (:func:`gumbel_given_argmax`, :func:`gumbel_rao`).
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ __all__ = [
     "gumbel_softmax",
     "gumbel_topk",
     "plackett_luce_log_prob",
+    "weighted_reservoir",
+    "gumbel_given_argmax",
+    "gumbel_rao",
 ]
 
 _LN2 = math.log(2.0)
@@ -807,3 +814,266 @@ def plackett_luce_log_prob(logits: torch.Tensor, ordered: torch.Tensor) -> torch
     others = torch.cat([torch.logaddexp(drawn_lse[..., 1:], rest), rest], dim=-1)
     out = -_softplus(others - chosen).sum(-1)
     return torch.where(dead_row, -math.inf, out)
+
+
+# ------------------------------------------------------------------------------------------------
+# Weighted reservoir sampling (Efraimidis & Spirakis 2006) as Gumbel-top-k over a stream
+# ------------------------------------------------------------------------------------------------
+def _stream_chunk(item, position: int, func: str) -> torch.Tensor:
+    """One item of the stream of :func:`weighted_reservoir` as a 1-D float tensor."""
+    if isinstance(item, torch.Tensor):
+        if not item.is_floating_point():
+            raise TypeError(
+                f"{func}: argument 'stream' yielded a tensor of dtype {item.dtype} at item "
+                f"{position}; log-weights must be floating point"
+            )
+        if item.dim() > 1:
+            raise ValueError(
+                f"{func}: argument 'stream' yielded a tensor of shape {tuple(item.shape)} at "
+                f"item {position}; each item must be a number, a 0-d or a 1-d tensor"
+            )
+        return _plain(item).detach().reshape(-1)
+    if isinstance(item, Real) and not isinstance(item, bool):
+        return torch.tensor([float(item)], dtype=torch.float64)
+    raise TypeError(
+        f"{func}: argument 'stream' yielded a {type(item).__name__} at item {position}; each "
+        "item must be a log-weight (a number) or a 0-d or 1-d tensor of log-weights"
+    )
+
+
+def weighted_reservoir(stream, k: int, *, generator=None, return_keys: bool = False):
+    """Sample ``k`` items without replacement from a stream in one pass, with memory for ``k``.
+
+    The A-Res algorithm of Efraimidis & Spirakis (2006): item ``i`` of weight ``w_i`` gets the
+    key ``U_i ** (1 / w_i)`` with ``U_i`` uniform, and the reservoir keeps the ``k`` items with the
+    largest keys seen so far. The key is a monotone transform of a Gumbel-perturbed log-weight,
+    ``-log(-log(U ** (1/w))) = log w - log(-log U)``, so the reservoir is Gumbel-top-k
+    (:func:`gumbel_topk`) computed one item at a time, and its output, ordered by decreasing key,
+    has the Plackett-Luce law of ``k`` draws without replacement from ``softmax(log w)``
+    (Vieira 2014; Kool et al. 2019). We keep the Gumbel form: ``U ** (1/w)`` underflows to 0 for
+    small weights (``0.5 ** 1e4`` is 0 in float64), where many keys tie and the order is lost.
+
+    Parameters
+    ----------
+    stream : iterable
+        Log-weights ``log w_i`` (unnormalised log-probabilities), consumed once, in order; e.g. a
+        Python generator. Each item is a number (one log-weight), a 0-d tensor, or a 1-d tensor
+        (a chunk of consecutive log-weights). ``-inf`` means impossible (weight 0, never drawn);
+        NaN and ``+inf`` are errors.
+    k : int >= 1
+        Size of the reservoir; the stream must hold at least ``k`` finite log-weights.
+    generator : torch.Generator, optional
+        Source of the uniforms (a CPU generator): one uniform per item, in stream order, drawn
+        as ``torch.rand(len(chunk), dtype=torch.float64)`` per chunk.
+    return_keys : bool, default False
+        Also return the keys ``log w_i - log(-log U_i)`` of the sampled items (float64).
+
+    Returns
+    -------
+    LongTensor of shape ``(k,)``: the positions in the stream (counting from 0 across chunks) of
+    the sampled items, largest key first. With ``return_keys=True``, the pair
+    ``(positions, keys)``.
+
+    Notes
+    -----
+    The keys are computed in float64 whatever the dtype of the items, on the CPU. Since
+    ``torch.rand`` on a CPU generator draws the same numbers in one call or in several, the
+    result equals ``gumbel_topk(torch.cat(chunks).double(), k)`` for the same generator state
+    (``tests/test_gumbel.py`` checks it). Memory: the ``k`` kept items plus one chunk.
+    Reference: Efraimidis & Spirakis (2006), *Weighted random sampling with a reservoir*, IPL
+    97(5), algorithm A-Res; Vieira (2014); Kool, van Hoof & Welling (2019).
+    """
+    func = "weighted_reservoir"
+    k = check_int(k, "k", func, minimum=1)
+    if not isinstance(return_keys, bool):
+        raise TypeError(f"{func}: argument 'return_keys' must be a bool, got "
+                        f"{type(return_keys).__name__}")
+    if isinstance(stream, torch.Tensor) or not hasattr(stream, "__iter__"):
+        raise TypeError(
+            f"{func}: argument 'stream' must be an iterable of log-weights (a generator, a list "
+            f"of numbers or of 1-d tensors), got {type(stream).__name__}; for a tensor of "
+            "log-weights use gumbel_topk"
+        )
+    check_generator(generator, "cpu", func)
+    keys = torch.empty(0, dtype=torch.float64)
+    positions = torch.empty(0, dtype=torch.long)
+    seen = 0
+    for number, item in enumerate(stream):
+        x = _stream_chunk(item, number, func)
+        if x.device.type != "cpu":
+            raise ValueError(f"{func}: argument 'stream' yielded a tensor on {x.device} at item "
+                             f"{number}; the reservoir works on the CPU")
+        x = x.to(torch.float64)
+        if _any(torch.isnan(x)) or _any(torch.isposinf(x)):
+            what = "NaN" if _any(torch.isnan(x)) else "+inf"
+            raise ValueError(
+                f"{func}: argument 'stream' yielded {what} at item {number}; log-weights must be "
+                "finite or -inf (impossible)"
+            )
+        # The Gumbel form of the key U^(1/w): log w + G, G = -log(-log U) (same noise as
+        # gumbel_topk draws; -inf stays -inf and is never kept ahead of a possible item).
+        key = _standard_gumbel(x.shape, torch.float64, x.device, generator).add_(x)
+        keys = torch.cat([keys, key])
+        positions = torch.cat([positions, torch.arange(seen, seen + x.numel())])
+        seen += x.numel()
+        if keys.numel() > k:
+            # the k largest keys of (reservoir + chunk) are the k largest of the whole prefix
+            keys, top = keys.topk(k)
+            positions = positions[top]
+    if seen == 0:
+        raise ValueError(f"{func}: argument 'stream' was empty; there is nothing to sample")
+    if seen < k:
+        raise ValueError(f"{func}: argument 'k'={k} is larger than the number of items in the "
+                         f"stream ({seen})")
+    keys, order = keys.sort(descending=True)
+    positions = positions[order]
+    if _any(torch.isneginf(keys)):
+        possible = int(torch.isfinite(keys).sum())
+        raise ValueError(f"{func}: argument 'k'={k} is larger than the number of possible items "
+                         f"(finite log-weights) in the stream ({possible})")
+    return (positions, keys) if return_keys else positions
+
+
+# ------------------------------------------------------------------------------------------------
+# Gumbels conditioned on their argmax; the Gumbel-Rao gradient estimator (Paulus et al. 2020)
+# ------------------------------------------------------------------------------------------------
+def _index_tensor(index, batch: torch.Size, n: int, device, func: str) -> torch.Tensor:
+    if not isinstance(index, torch.Tensor):
+        raise TypeError(f"{func}: argument 'index' must be a torch.Tensor of class indices, got "
+                        f"{type(index).__name__}")
+    if index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
+        raise TypeError(f"{func}: argument 'index' must be an integer tensor, got {index.dtype}")
+    if index.device != device:
+        raise ValueError(f"{func}: argument 'index' is on {index.device} but 'logits' is on "
+                         f"{device}")
+    if index.shape != batch:
+        raise ValueError(f"{func}: argument 'index' of shape {tuple(index.shape)} does not fit "
+                         f"'logits' of shape {tuple(batch) + (n,)}: give one class per row, shape "
+                         f"{tuple(batch)}")
+    if _any((index < 0) | (index >= n)):
+        raise ValueError(f"{func}: argument 'index' has a class outside [0, {n}) (min "
+                         f"{_plain(index).min().item()}, max {_plain(index).max().item()})")
+    return index.long()
+
+
+def _given_argmax(x: torch.Tensor, index: torch.Tensor, generator) -> torch.Tensor:
+    """Perturbed logits ``x + G`` conditioned on ``argmax = index``; ``x`` (..., n) has a finite
+    entry at ``index`` in every row. No argument checks (internal)."""
+    idx = index.unsqueeze(-1)
+    # The maximum is Gumbel(logsumexp x), independent of which class attains it (the chapter's
+    # eq. gumbel-max-joint); every other class is Gumbel(x_i) truncated at that maximum.
+    top = _standard_gumbel(idx.shape, x.dtype, x.device, generator) + _lse(x, dim=-1, keepdim=True)
+    g = _standard_gumbel(x.shape, x.dtype, x.device, generator) + x
+    # -log(e^-T + e^-G) as in truncated_gumbel: never overflows, never above T; -inf stays -inf.
+    others = torch.logaddexp(-top, -g).neg()
+    return others.scatter(-1, idx, top)
+
+
+def gumbel_given_argmax(logits: torch.Tensor, index: torch.Tensor, *,
+                        generator=None) -> torch.Tensor:
+    """Sample perturbed logits ``Z = logits + G`` conditioned on ``argmax_i Z_i = index``.
+
+    Without the condition, ``argmax Z`` follows ``softmax(logits)`` and ``max Z`` is a Gumbel
+    with location ``logsumexp(logits)``, independent of the argmax (Gumbel-max). So given the
+    argmax ``D``, ``Z_D`` is a ``Gumbel(logsumexp(logits))`` and every other ``Z_i`` a
+    ``Gumbel(logits_i)`` truncated at ``Z_D`` (:func:`truncated_gumbel`). Drawing ``D`` from the
+    softmax and then ``Z`` given ``D`` is drawing ``Z`` (Maddison et al. 2014; Paulus et al.
+    2020, Appendix). This is the step of the Gumbel-Rao estimator (:func:`gumbel_rao`).
+
+    Parameters
+    ----------
+    logits : Tensor of shape ``(..., n)``
+        ``-inf`` means impossible (its ``Z`` is ``-inf``); NaN and ``+inf`` are errors.
+    index : LongTensor of shape ``(...)``
+        The argmax to condition on, one class per row; its logit must be finite.
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    Tensor of the shape and dtype of ``logits`` (float16/bfloat16 are computed in float32 and
+    cast back), with ``Z[..., index]`` the row maximum; the other entries are ``<=`` it.
+    Gradients flow into ``logits`` through the location of the maximum and the truncations.
+    """
+    func = "gumbel_given_argmax"
+    _check_rows(logits, "logits", func)
+    check_no_nan(logits, "logits", func)
+    check_no_posinf(logits, "logits", func)
+    idx = _index_tensor(index, logits.shape[:-1], logits.shape[-1], logits.device, func)
+    check_generator(generator, logits.device, func)
+    dead = torch.isneginf(_plain(logits).gather(-1, idx.unsqueeze(-1)))
+    if _any(dead):
+        row = tuple(dead.squeeze(-1).nonzero()[0].tolist()) if dead.dim() > 1 else ()
+        raise ValueError(f"{func}: argument 'index' names a class whose logit is -inf (at batch "
+                         f"index {row}); an impossible class is never the argmax")
+    x = _at_least_float32(logits)
+    return _given_argmax(x, idx, generator).to(logits.dtype)
+
+
+def gumbel_rao(logits: torch.Tensor, tau, *, samples: int = 10, generator=None,
+               return_index: bool = False):
+    """A one-hot categorical sample whose gradient is the Gumbel-Rao estimator.
+
+    Forward: ``one_hot(D)`` with ``D = argmax(logits + G)``, a sample from ``softmax(logits)``,
+    exactly as ``gumbel_softmax(..., hard=True)`` (straight-through). Backward: where
+    straight-through uses the Jacobian of ``softmax((logits + G) / tau)`` at the one ``G`` that
+    produced ``D``, Gumbel-Rao averages it over ``samples`` draws of ``G`` conditioned on
+    ``argmax(logits + G) = D`` (:func:`gumbel_given_argmax`), the noise held fixed:
+
+    ``d/dlogits ~ (1/K) sum_j d softmax((logits + G_j) / tau) / d logits,  G_j ~ G | D``.
+
+    Its expectation is that of straight-through (it is straight-through's conditional
+    expectation given ``D``, Rao-Blackwellised over the noise), so it has the same bias, and
+    its variance is never larger; with ``samples=1`` it has the same law as straight-through.
+    Reference: Paulus, Maddison & Krause (2021), *Rao-Blackwellizing the Straight-Through
+    Gumbel-Softmax Gradient Estimator*, ICLR (arXiv 2010.04838, 2020): the estimator
+    they call GR-MC with K samples.
+
+    Parameters
+    ----------
+    logits : Tensor of shape ``(..., n)``
+        ``-inf`` means impossible; NaN and ``+inf`` are errors.
+    tau : float > 0
+        Temperature of the relaxation the gradient is taken through.
+    samples : int >= 1, default 10
+        Number ``K`` of conditional Gumbel draws averaged in the backward pass.
+    generator : torch.Generator, optional
+    return_index : bool, default False
+        Also return ``D``, the sampled class per row.
+
+    Returns
+    -------
+    Tensor of the shape and dtype of ``logits``: exactly one-hot rows (forward). With
+    ``return_index=True``, the pair ``(one_hot, D)``.
+    """
+    func = "gumbel_rao"
+    _check_logits(logits, func)
+    dtype = logits.dtype
+    work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    tau_value, tau_tensor = _check_tau(tau, work, func)
+    if tau_tensor is not None:
+        raise TypeError(f"{func}: argument 'tau' must not require grad (the estimator is a "
+                        "gradient with respect to the logits only)")
+    samples = check_int(samples, "samples", func, minimum=1)
+    if not isinstance(return_index, bool):
+        raise TypeError(f"{func}: argument 'return_index' must be a bool, got "
+                        f"{type(return_index).__name__}")
+    check_generator(generator, logits.device, func)
+    x = logits if dtype == work else logits.to(work)
+    plain = x.detach()
+    noise = _standard_gumbel(plain.shape, work, plain.device, generator)
+    top, d = (noise + plain).max(dim=-1)
+    _check_top_values(top, logits, func)
+    # K conditional draws per row, the noise G = Z - logits held fixed (detached): a dead class
+    # (-inf) gets G = 0, so logits + G stays -inf (not -inf - (-inf) = NaN).
+    z = _given_argmax(plain.expand((samples,) + plain.shape), d.expand((samples,) + d.shape),
+                      generator)
+    dead = torch.isneginf(plain)
+    g = torch.where(dead, 0.0, z - torch.where(dead, 0.0, plain))
+    s = x + g
+    # shift by the (detached) row maximum: softmax is shift-invariant, and nothing overflows
+    s = (s - s.detach().amax(dim=-1, keepdim=True)) / tau_value
+    soft = torch.softmax(s, dim=-1).mean(0)
+    one_hot = torch.zeros_like(soft).scatter_(-1, d.unsqueeze(-1), 1.0)
+    out = one_hot + (soft - soft.detach())
+    out = out if out.dtype == dtype else out.to(dtype)
+    return (out, d) if return_index else out

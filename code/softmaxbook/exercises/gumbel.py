@@ -12,6 +12,9 @@ solution and its check carry one name.
 * ``gumbel-ex-plackett-luce``: the log-probability of an ordered draw without replacement, accurate
   relative to its size even when the drawn items hold almost all of the mass (compared with a
   relative tolerance only: the answer for [40, 0, -40], order [0, 1] is -8.5e-18).
+* ``gumbel-ex-race-key``: the Efraimidis-Spirakis reservoir key ``u ** (1 / w)`` sent through
+  ``-log(-log .)``, i.e. ``log w - log(-log u)``, right where the key itself rounds to 0 or 1
+  (log-weights of +-1000) and where ``u`` is within 1e-12 of 1.
 * ``gumbel-ex-max-of-gumbels`` (a derivation's end result): ``max_location(mu, n)``, the location
   ``mu + log n`` of the maximum of ``n`` i.i.d. Gumbels with location ``mu`` (the mean and the
   Gaussian's ``sqrt(2 log n)`` get hints of their own).
@@ -525,4 +528,93 @@ def _check_max_location(max_location):
                                 lambda i: f"mu = {float(mu.flatten()[i]):.6g}, "
                                           f"n = {float(n.flatten()[i]):.6g}",
                                 desc, "location", hint, 1e-3, digits=6)
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# gumbel-ex-race-key: -log(-log(u ** (1 / w))) = log w - log(-log u), w = exp(log_weight)
+def _race_key_reference(log_weight, u):
+    return log_weight - torch.log(-torch.log(u))
+
+
+def _race_key_cases():
+    f64 = dict(dtype=torch.float64)
+    g = check_generator(71)  # public in a notebook; the grader's secret salt changes it
+    cases = [
+        ("moderate", torch.tensor([0.0, 1.5, -2.0, 0.3], **f64),
+         torch.tensor([0.3, 0.5, 0.9, 0.05], **f64)),
+        ("large log-weights: u ** (1 / w) rounds to 1", torch.tensor([40.0, 800.0, 1000.0], **f64),
+         torch.tensor([0.2, 0.5, 0.9], **f64)),
+        ("small log-weights: u ** (1 / w) underflows to 0",
+         torch.tensor([-40.0, -800.0, -1000.0], **f64), torch.tensor([0.2, 0.5, 0.9], **f64)),
+        ("u near 0 and near 1", torch.tensor([0.0, 0.0, 2.0, -2.0], **f64),
+         torch.tensor([1e-300, 1 - 1e-12, 1e-12, 1 - 1e-9], **f64)),
+        ("a [2, 3] batch", 3 * torch.randn(2, 3, generator=g, **f64),
+         0.01 + 0.98 * torch.rand(2, 3, generator=g, **f64)),
+    ]
+    if check_salt():  # the grader's secret salt: log-weights on every scale, u anywhere
+        scale = torch.tensor([1.0, 10.0, 100.0, 1000.0], **f64)
+        lw = torch.randn(4, 5, generator=g, **f64).clamp(-1, 1) * scale[:, None]
+        u = torch.rand(4, 5, generator=g, **f64).clamp(1e-12, 1 - 1e-12)
+        cases.append(("random log-weights on four scales", lw, u))
+    return cases
+
+
+def _race_key_diagnosis(got, log_weight, u):
+    """A hint for a recognisable wrong formula, or None."""
+    if not (isinstance(got, torch.Tensor) and got.shape == u.shape and got.is_floating_point()):
+        return None
+    g = got.detach().to(torch.float64)
+    close = lambda other: bool(torch.allclose(g, other, rtol=1e-9, atol=1e-9))
+    e = -torch.log(u)
+    if close(log_weight + torch.log(e)):
+        return ("the Gumbel that u gives is -log(-log u): check the sign of the term in u.")
+    if close(-log_weight - torch.log(e)):
+        return ("a larger weight must give a larger key (u ** (1 / w) grows with w): check the "
+                "sign of the log-weight.")
+    if close(log_weight - torch.log(-torch.log1p(-u))):
+        return ("the key is built from u itself; 1 - u has the same law but another value, "
+                "and the items would come out in another order.")
+    if close(u ** torch.exp(-log_weight)) or close(torch.log(u) * torch.exp(-log_weight)):
+        return ("that is the key u ** (1 / w) itself (or its log); the exercise asks for "
+                "-log(-log(key)), which orders the items alike and stays accurate.")
+    return None
+
+
+@exercise("gumbel-ex-race-key", "the reservoir key in Gumbel form")
+def _check_race_key(race_key):
+    """``race_key(log_weight, u)`` -> tensor of their shape, elementwise."""
+    cases = _race_key_cases()
+    hints = {
+        "moderate": "send u ** (1 / w) through -log(-log .) on paper and simplify: the log of a "
+                    "power is a product.",
+        "large log-weights: u ** (1 / w) rounds to 1": (
+            "here 1 / w = e^-800 underflows to 0, so u ** (1 / w) is exactly 1 and -log(-log 1) "
+            "is infinite. Simplify on paper first, so that the weight is never exponentiated."),
+        "small log-weights: u ** (1 / w) underflows to 0": (
+            "here 1 / w = e^800 overflows, so u ** (1 / w) is exactly 0. Simplify on paper "
+            "first, so that the weight is never exponentiated."),
+        "u near 0 and near 1": (
+            "for u within 1e-12 of 1, -log u is about 1e-12: compute it as -log(u) from u "
+            "itself, whose log is accurate; log(1 / u) or anything with 1 - u loses its digits. "
+            "For u = 1e-300, u - 1 rounds to -1."),
+        "a [2, 3] batch": "work elementwise, whatever the shape.",
+        "random log-weights on four scales": (
+            "some log-weights are in the hundreds: never exponentiate them, and take -log u "
+            "from u itself."),
+    }
+    for name, log_weight, u in cases:
+        desc = f"log_weight = {describe(log_weight)}, u = {describe(u)} ({name})"
+        args = (log_weight.clone(), u.clone())
+        got = call(race_key, *args, input_desc=desc)
+        expect_true(torch.equal(args[0], log_weight) and torch.equal(args[1], u),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute new tensors; do not use in-place methods such as log_ on u.")
+        if isinstance(got, torch.Tensor) and got.is_floating_point() and got.dtype != u.dtype:
+            expect_true(False, f"for input {desc} (float64) your result is {got.dtype}: it "
+                        f"lost precision on the way.",
+                        hint="compute in the dtype of the inputs; do not convert to float32.")
+        hint = _race_key_diagnosis(got, log_weight, u) or hints[name]
+        expect_close(got, _race_key_reference(log_weight, u), input_desc=desc, rtol=1e-10,
+                     atol=1e-10, what="key", hint=hint)
     return len(cases)
