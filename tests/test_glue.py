@@ -163,3 +163,26 @@ def test_checked_in_a_kernel_is_one_stream_line():
     outputs = nb.cells[0].outputs
     assert [(o.output_type, o.name) for o in outputs] == [("stream", "stdout")]
     assert outputs[0].text == "table\n\u2713 checked: one plus one is two\n"
+
+
+@pytest.mark.parametrize("value, spec, text", [
+    (__import__("numpy").float64(2.25), ".1f", "2.2"),
+    (__import__("numpy").float32(0.5), ".3f", "0.500"),
+    (__import__("numpy").int64(7), "d", "7"),
+    (torch.tensor(1.0 / 3, dtype=torch.float64), ".4f", "0.3333"),
+    (torch.tensor(3), "d", "3"),
+    (0.125, ".2%", "12.50%"),
+])
+def test_glued_scalars_are_formatted_by_myst_nb(value, spec, text):
+    # the strict build formats {glue:text}`name:spec` with MyST-NB's own function; NumPy
+    # scalars and 0-d tensors used to reach it as 'np.float64(2.25)' and 'tensor(0.3333)'
+    from myst_nb.core.variables import format_plain_text
+
+    from softmaxbook.glue import glue
+
+    (bundle, _), = _captured(glue, "v", value, display=False, mystnb=False)
+    plain = bundle["application/papermill.record/text/plain"]
+    assert format_plain_text(plain, spec) == text
+    # the full double precision survives
+    if isinstance(value, float) or getattr(value, "dtype", None) in (torch.float64,):
+        assert ast.literal_eval(plain) == float(value)

@@ -51,11 +51,27 @@ def glue(name: str, variable: Any, display: bool = True) -> None:
     from IPython.core.formatters import format_display_data
     from IPython.display import display as ipy_display
 
-    mimebundle, metadata = format_display_data(variable)
+    mimebundle, metadata = format_display_data(_plain_number(variable))
     mime_prefix = "" if display else GLUE_PREFIX
     metadata["scrapbook"] = dict(name=name, mime_prefix=mime_prefix)
     ipy_display({mime_prefix + k: v for k, v in mimebundle.items()}, raw=True,
                 metadata=metadata)
+
+
+def _plain_number(value: Any) -> Any:
+    """A NumPy scalar or a 0-d torch tensor as the Python number it holds; anything else as is.
+
+    MyST-NB formats ``{glue:text}`name:.2f``` by ``literal_eval`` of the stored text/plain, and
+    the text of ``np.float64(2.25)`` (NumPy 2) or ``tensor(2.2500)`` is not a literal: the strict
+    build failed on it (chapter 4 review, R5). A Python float's text is, to every digit.
+    """
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and \
+            getattr(value, "shape", None) == ():
+        return value.item()
+    torch = __import__("sys").modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor) and value.dim() == 0:
+        return value.item()
+    return value
 
 
 def checked(claim: str) -> None:
