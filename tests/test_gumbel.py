@@ -1407,3 +1407,24 @@ def test_gumbel_rao_one_row_and_many_rows():
 def test_gumbel_rao_rejects_plus_inf():
     with pytest.raises(ValueError, match=r"gumbel_rao: .*'logits' contains \+inf"):
         gumbel_rao(torch.tensor([[0.0, math.inf]]), 1.0)
+
+
+def test_gumbel_rao_large_float32_rows_are_not_tied_to_the_first_class():
+    # Cold review R5: without the shift of gumbel_max, logits + G rounded to the float32 spacing
+    # of 1e7 (1.0) and class 0 won 61.9 % of the rows of [1e7, 1e7] (1e6: 50.7 %). With it, D is
+    # gumbel_max's sample, and the share stays within 5 standard errors of 1/2 (5.7e-7).
+    n = 200_000
+    x = torch.full((n, 2), 1e7)
+    _, d = gumbel_rao(x, 1.0, generator=gen(21), return_index=True)
+    assert torch.equal(d, gumbel_max(x, generator=gen(21)))
+    assert abs((d == 0).double().mean().item() - 0.5) < 5 * math.sqrt(0.25 / n)
+    # and the gradient keeps the conditional noise: on the same draws, logits 2^20 + (0, 0.5)
+    # give the gradients of logits (0, 0.5) to float32 rounding (unshifted, every row got the
+    # noiseless Jacobian: differences up to 0.9)
+    w = torch.tensor([1.0, 3.0])
+    grads = []
+    for c in (0.0, 2.0**20):
+        t = torch.tensor([[0.0, 0.5]]).add(c).expand(20000, 2).clone().requires_grad_()
+        y = gumbel_rao(t, 0.5, samples=2, generator=gen(22))
+        grads.append(torch.autograd.grad((y * w).sum(), t)[0])
+    assert torch.allclose(grads[0], grads[1], rtol=0, atol=1e-4)
