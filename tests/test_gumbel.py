@@ -1208,6 +1208,8 @@ def test_weighted_reservoir_impossible_items_and_laziness():
     ([0.0], 1.0, {}, TypeError, "argument 'k' must be an int"),
     ([0.0, math.nan], 1, {}, ValueError, "yielded NaN at item 1"),
     ([math.inf], 1, {}, ValueError, r"yielded \+inf at item 0"),
+    # cold review R5: an int beyond float64 raised Python's bare OverflowError
+    ([0.0, 10**400], 1, {}, ValueError, "number too large for float64 at item 1"),
     (["a"], 1, {}, TypeError, "yielded a str at item 0"),
     ([torch.zeros(2, 2)], 1, {}, ValueError, r"shape \(2, 2\) at item 0"),
     ([torch.tensor([1, 2])], 1, {}, TypeError, "dtype torch.int64 at item 0"),

@@ -834,7 +834,12 @@ def _stream_chunk(item, position: int, func: str) -> torch.Tensor:
             )
         return _plain(item).detach().reshape(-1)
     if isinstance(item, Real) and not isinstance(item, bool):
-        return torch.tensor([float(item)], dtype=torch.float64)
+        try:
+            value = float(item)
+        except OverflowError:  # an int such as 10**400: Python's message names no function
+            raise ValueError(f"{func}: argument 'stream' yielded a number too large for float64 "
+                             f"at item {position}; log-weights must be finite or -inf") from None
+        return torch.tensor([value], dtype=torch.float64)
     raise TypeError(
         f"{func}: argument 'stream' yielded a {type(item).__name__} at item {position}; each "
         "item must be a log-weight (a number) or a 0-d or 1-d tensor of log-weights"
