@@ -702,8 +702,15 @@ def right_race_key_numpy(log_weight, u):
     return torch.from_numpy(log_weight.numpy() - np.log(-np.log(u.numpy())))
 
 
+def right_race_key_log1p_near_one(log_weight, u):
+    # cold review R5: 1 - u is exact for u in [1/2, 1] (Sterbenz), so -log1p(-(1 - u)) is as
+    # accurate as -log u there; the solution once said anything with 1 - u loses the digits
+    e = torch.where(u > 0.5, -torch.log1p(-(1 - u)), -torch.log(u))
+    return log_weight - torch.log(e)
+
+
 @pytest.mark.parametrize("answer", [right_race_key, right_race_key_exp_variable,
-                                    right_race_key_numpy])
+                                    right_race_key_numpy, right_race_key_log1p_near_one])
 def test_race_key_accepts_right_answers(answer):
     assert check("gumbel-ex-race-key", answer)
 

@@ -596,8 +596,8 @@ def _check_race_key(race_key):
             "first, so that the weight is never exponentiated."),
         "u near 0 and near 1": (
             "for u within 1e-12 of 1, -log u is about 1e-12: compute it as -log(u) from u "
-            "itself, whose log is accurate; log(1 / u) or anything with 1 - u loses its digits. "
-            "For u = 1e-300, u - 1 rounds to -1."),
+            "itself, whose log is accurate; log(1 / u) loses its digits (1 / u rounds). For "
+            "u = 1e-300, u - 1 rounds to -1 and 1 - u to 1: they forget u altogether."),
         "a [2, 3] batch": "work elementwise, whatever the shape.",
         "random log-weights on four scales": (
             "some log-weights are in the hundreds: never exponentiate them, and take -log u "
