@@ -1319,7 +1319,9 @@ def lse_merge(a: LSEState, b: LSEState) -> LSEState:
     LSEState
         The state of the union, of the broadcast shape. The merge is commutative exactly (the
         same bits for ``(a, b)`` and ``(b, a)``) and associative up to rounding: any order and
-        tree of merges gives the log-sum-exp within a few units of rounding (tested).
+        tree of merges gives the log-sum-exp within the first-order rounding bound that
+        ``tests/test_softmax_online.py`` states (each term's error grows with its distance
+        below the maximum and with the number of merges it passes through).
 
     Notes
     -----
