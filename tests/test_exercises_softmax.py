@@ -639,3 +639,14 @@ def test_lse_merge_reference_agrees_with_the_library():
     m, s = _merge_reference(ms(xa), ms(xb))
     lib = lse_merge(lse_state(xa), lse_state(xb))
     assert torch.equal(m, lib.max) and torch.allclose(s, lib.rest + 1, rtol=1e-13)
+
+
+@pytest.mark.parametrize("salt", [1, 2, 3, 12345])
+def test_lse_merge_rejects_wrong_answers_under_any_salt(salt):
+    # the salted inputs keep the fixed hard cases, so a one-sided rescaling and the unguarded
+    # formula fail there too
+    from softmaxbook.exercises import salted
+    with salted(salt):
+        for answer in (merge_no_rescale_of_old, merge_unguarded, merge_unshifted):
+            with pytest.raises(ExerciseCheckFailed):
+                check("softmax-lse-merge", answer)
