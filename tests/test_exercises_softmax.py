@@ -11,7 +11,7 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 def test_registered():
     assert registered("softmax") == ["softmax-cross-entropy", "softmax-ex-se-gradient",
-                                     "softmax-stable-lse"]
+                                     "softmax-lse-merge", "softmax-stable-lse"]
 
 
 # --- softmax-stable-lse ----------------------------------------------------------------------
@@ -466,3 +466,187 @@ def test_se_gradient_precision_loss_gets_the_precision_hint():
     with pytest.raises(ExerciseCheckFailed, match=r"(?s)largest relative difference \d\.\de-0[78]"
                                                   r".*precision was lost.*float64"):
         check("softmax-ex-se-gradient", se)
+
+
+# --- softmax-lse-merge: merge two (max, scaled sum) states of the online log-sum-exp ----------
+def merge_where(a, b):
+    (ma, sa), (mb, sb) = a, b
+    m = torch.maximum(ma, mb)
+    safe = torch.where(m == -float("inf"), torch.zeros_like(m), m)
+    return m, sa * torch.exp(ma - safe) + sb * torch.exp(mb - safe)
+
+
+def merge_nan_to_num(a, b):  # another right answer: the NaN of two empty states replaced by 0
+    (ma, sa), (mb, sb) = a, b
+    m = torch.max(ma, mb)
+    return m, (sa * (ma - m).exp()).nan_to_num(0.0) + (sb * (mb - m).exp()).nan_to_num(0.0)
+
+
+def merge_top_and_other(a, b):  # and another: keep the top state, rescale the other one
+    (ma, sa), (mb, sb) = a, b
+    a_top = ma >= mb
+    m = torch.where(a_top, ma, mb)
+    low_m, low_s = torch.where(a_top, mb, ma), torch.where(a_top, sb, sa)
+    top_s = torch.where(a_top, sa, sb)
+    gap = torch.where(torch.isneginf(low_m), -float("inf"), low_m - m)
+    return m, top_s + low_s * torch.exp(gap)
+
+
+def merge_unguarded(a, b):  # right except for two empty states: -inf - (-inf) = NaN
+    (ma, sa), (mb, sb) = a, b
+    m = torch.maximum(ma, mb)
+    return m, sa * torch.exp(ma - m) + sb * torch.exp(mb - m)
+
+
+def merge_no_rescale_of_old(a, b):  # streaming: a is the running state, only b rescaled
+    (ma, sa), (mb, sb) = a, b
+    m = torch.maximum(ma, mb)
+    safe = torch.where(torch.isneginf(m), 0.0, m)
+    return m, sa + sb * torch.exp(mb - safe)
+
+
+def merge_wrong_side(a, b):  # each sum rescaled by the other state's factor
+    (ma, sa), (mb, sb) = a, b
+    m = torch.maximum(ma, mb)
+    safe = torch.where(torch.isneginf(m), 0.0, m)
+    return m, sa * torch.exp(mb - safe) + sb * torch.exp(ma - safe)
+
+
+def merge_no_exp(a, b):  # the new maximum used without exp: an additive "rescaling"
+    (ma, sa), (mb, sb) = a, b
+    m = torch.maximum(ma, mb)
+    return m, (sa + (ma - m)) + (sb + (mb - m))
+
+
+def merge_plain_sum(a, b):  # no rescaling at all
+    (ma, sa), (mb, sb) = a, b
+    return torch.maximum(ma, mb), sa + sb
+
+
+def merge_added_maxima(a, b):
+    (ma, sa), (mb, sb) = a, b
+    return ma + mb, sa + sb
+
+
+def merge_unshifted(a, b):  # exp of the maxima themselves
+    (ma, sa), (mb, sb) = a, b
+    m = torch.maximum(ma, mb)
+    safe = torch.where(torch.isneginf(m), 0.0, m)
+    return m, (sa * torch.exp(ma) + sb * torch.exp(mb)) / torch.exp(safe)
+
+
+def merge_in_a_frame(a, b):  # b rescaled to a's maximum whatever the larger one is
+    (ma, sa), (mb, sb) = a, b
+    m = torch.maximum(ma, mb)
+    return m, sa + sb * torch.exp(mb - ma).nan_to_num(0.0)
+
+
+def merge_min(a, b):  # the smaller maximum
+    (ma, sa), (mb, sb) = a, b
+    m = torch.minimum(ma, mb)
+    safe = torch.where(torch.isneginf(m), 0.0, m)
+    return m, sa * torch.exp(ma - safe) + sb * torch.exp(mb - safe)
+
+
+def merge_dead_is_one(a, b):  # NaN of two empty states replaced by 1: one possible entry
+    (ma, sa), (mb, sb) = a, b
+    m = torch.maximum(ma, mb)
+    return m, (sa * torch.exp(ma - m) + sb * torch.exp(mb - m)).nan_to_num(1.0)
+
+
+def merge_returns_lse(a, b):  # the log-sum-exp of the union instead of its state
+    m, s = merge_where(a, b)
+    return m + torch.log(s)
+
+
+def merge_logaddexp(a, b):  # via a ready-made log-sum-exp of the two
+    (ma, sa), (mb, sb) = a, b
+    lse = torch.logaddexp(ma + torch.log(sa), mb + torch.log(sb))
+    m = torch.maximum(ma, mb)
+    return m, torch.exp(lse - m)
+
+
+def merge_library(a, b):  # the book's own merge, converted from (m, rest)
+    from softmaxbook.softmax import LSEState, lse_merge
+    out = lse_merge(LSEState(a[0], a[1] - 1), LSEState(b[0], b[1] - 1))
+    return out.max, out.rest + 1
+
+
+def merge_float32(a, b):  # computes float64 states in float32
+    m, s = merge_where((a[0].float(), a[1].float()), (b[0].float(), b[1].float()))
+    return m.to(a[0].dtype), s
+
+
+def merge_in_place(a, b):  # right values, but rescales the caller's sums in place
+    (ma, sa), (mb, sb) = a, b
+    m = torch.maximum(ma, mb)
+    safe = torch.where(torch.isneginf(m), 0.0, m)
+    sa.mul_(torch.exp(ma - safe))
+    return m, sa + sb * torch.exp(mb - safe)
+
+
+@pytest.mark.parametrize("answer", [merge_where, merge_nan_to_num, merge_top_and_other])
+def test_lse_merge_accepts_right_answers(answer, capsys):
+    assert check("softmax-lse-merge", answer)
+    assert "correct on 9 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("salt", [1, 2, 3, 12345])
+def test_lse_merge_right_answers_pass_salted(salt):
+    from softmaxbook.exercises import salted
+    with salted(salt):
+        for answer in (merge_where, merge_nan_to_num, merge_top_and_other):
+            assert check("softmax-lse-merge", answer)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (merge_unguarded, r"(?s)both states empty.*your result contains NaN.*Hint: for two empty "
+                      r"states"),
+    (merge_no_rescale_of_old, r"(?s)b has the larger maximum\).*sum s.*Hint: each s is a sum"),
+    (merge_wrong_side, r"(?s)a = \(\[2\], \[1.5\]\), b = \(\[0.5\], \[2\]\).*sum s"),
+    (merge_no_exp, r"a = \(\[2\], \[1.5\]\)"),
+    (merge_plain_sum, r"a = \(\[2\], \[1.5\]\)"),
+    (merge_added_maxima, r"(?s)maximum m.*Hint: the maximum of the union"),
+    (merge_unshifted, r"(?s)maxima near 1000.*Hint: an exponential overflowed"),
+    (merge_in_a_frame, r"(?s)b has the larger maximum\).*sum s"),
+    (merge_min, r"(?s)maximum m.*Hint: the maximum of the union"),
+    (merge_dead_is_one, r"(?s)both states empty.*sum s"),
+    (merge_returns_lse, r"should return a pair \(m, s\) of tensors"),
+    (merge_logaddexp, r"calls torch.logaddexp, which this exercise forbids"),
+    (merge_library, r"calls a function of the book's library"),
+    (merge_float32, r"(?s)float64.*your s is torch.float32, for torch.float64 states"),
+    (merge_in_place, r"changed its argument 'a\[1\]' in place"),
+    (lambda a, b: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_lse_merge_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("softmax-lse-merge", answer)
+
+
+def test_lse_merge_reference_agrees_with_the_library():
+    # the check's reference (m, s) is the library's (max, rest + 1) on the same blocks
+    from softmaxbook.exercises.softmax import _merge_reference
+    from softmaxbook.softmax import lse_merge, lse_state
+    g = torch.Generator().manual_seed(0)
+    xa, xb = 20 * torch.randn(2, 50, 6, generator=g, dtype=torch.float64)
+    xa[4] = -float("inf")
+
+    def ms(x):
+        m = x.amax(-1)
+        return m, torch.exp(x - torch.where(torch.isneginf(m), 0.0, m)[:, None]).sum(-1)
+
+    m, s = _merge_reference(ms(xa), ms(xb))
+    lib = lse_merge(lse_state(xa), lse_state(xb))
+    assert torch.equal(m, lib.max) and torch.allclose(s, lib.rest + 1, rtol=1e-13)
+
+
+@pytest.mark.parametrize("salt", [1, 2, 3, 12345])
+def test_lse_merge_rejects_wrong_answers_under_any_salt(salt):
+    # the salted inputs keep the fixed hard cases, so a one-sided rescaling and the unguarded
+    # formula fail there too
+    from softmaxbook.exercises import salted
+    with salted(salt):
+        for answer in (merge_no_rescale_of_old, merge_unguarded, merge_unshifted):
+            with pytest.raises(ExerciseCheckFailed):
+                check("softmax-lse-merge", answer)

@@ -1186,3 +1186,268 @@ def logistic_loss(logits: torch.Tensor, target: torch.Tensor,
     # its boundary, and abs has derivative 0 at 0, which gave 1 - y).
     loss = (torch.maximum(w, torch.zeros_like(w)) - y * w) + torch.log1p(torch.exp(-w.abs()))
     return _reduce(loss, reduction).to(z.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# The online (streaming) log-sum-exp: merging (max, rest) states of blocks
+# --------------------------------------------------------------------------------------------
+# Milakov & Gimelshein (2018) keep, for the entries read so far, the running maximum m and the
+# sum s of exp(x_j - m); two such pairs merge in O(1), so a log-sum-exp (and the normaliser of
+# a softmax) needs one pass over the data instead of two (FlashAttention's inner loop, Dao et
+# al. 2022). The state here carries rest = s - 1 instead of s: the maximum's own term is
+# exactly exp(0) = 1, and keeping it out of the sum lets the end use log1p(rest), which keeps
+# the digits of a near-certain slice (Blanchard, Higham & Higham 2021, Algorithm 2), where
+# log(s) rounds 1 + 1e-13 to 1.
+
+from typing import NamedTuple as _NamedTuple
+
+
+class LSEState(_NamedTuple):
+    """The log-sum-exp of the entries seen so far, as ``max + log1p(rest)``.
+
+    ``max``: their maximum (``-inf`` if none is possible: no entry yet, or all ``-inf``);
+    ``rest``: ``sum_j exp(x_j - max) - 1``, the sum without one maximal entry's term
+    ``exp(0) = 1`` (``>= 0``; exactly ``-1`` when ``max = -inf``). Both are tensors of one
+    shape (one state per slice) and one floating dtype. A slice that holds ``+inf`` has
+    ``max = +inf`` and ``rest`` = (its number of ``+inf`` entries) - 1.
+    """
+
+    max: torch.Tensor
+    rest: torch.Tensor
+
+
+def _check_state(state, name: str, func: str) -> LSEState:
+    if not (isinstance(state, tuple) and len(state) == 2):
+        raise TypeError(f"{func}: argument '{name}' must be an LSEState (a pair of tensors "
+                        f"max, rest), got {type(state).__name__}")
+    m = as_float_tensor(state[0], f"{name}.max", func, allow_empty=True)
+    r = as_float_tensor(state[1], f"{name}.rest", func, allow_empty=True)
+    if m.shape != r.shape:
+        raise ValueError(f"{func}: argument '{name}' has max of shape {tuple(m.shape)} but rest "
+                         f"of shape {tuple(r.shape)}; they must have one shape")
+    if m.dtype != r.dtype:
+        raise TypeError(f"{func}: argument '{name}' has max of dtype {m.dtype} but rest of "
+                        f"dtype {r.dtype}; they must have one dtype")
+    check_no_nan(m, f"{name}.max", func)
+    check_no_nan(r, f"{name}.rest", func)
+    if bool(_plain(r < -1).any()):
+        raise ValueError(f"{func}: argument '{name}.rest' must be >= -1 (it is a sum of "
+                         f"exponentials minus 1), got {float(_plain(r).min())}")
+    dead = _plain(torch.isneginf(m))
+    if bool((dead & (_plain(r) != -1)).any()) or bool((~dead & (_plain(r) < 0)).any()):
+        raise ValueError(f"{func}: argument '{name}' is not a state: rest must be -1 exactly "
+                         "where max is -inf (nothing possible) and >= 0 elsewhere (the "
+                         "maximum's own term exp(0) = 1 is left out of rest)")
+    return LSEState(m, r)
+
+
+def _state_of(x: torch.Tensor) -> LSEState:
+    """The state of each slice along the LAST dimension of ``x`` (working dtype, checked)."""
+    if x.shape[-1] == 0:
+        shape = x.shape[:-1]
+        return LSEState(torch.full(shape, -math.inf, dtype=x.dtype, device=x.device),
+                        torch.full(shape, -1.0, dtype=x.dtype, device=x.device))
+    m = x.amax(dim=-1)
+    mk = m.unsqueeze(-1)
+    top = x == mk  # every maximal entry; for m = -inf every entry, for m = +inf the +inf ones
+    # exp(x - m) of the entries below the maximum; the maximal ones are counted apart (each is
+    # exactly exp(0) = 1). torch.where before exp: x - m is NaN where x = m = +-inf, and the
+    # where keeps that NaN out of the value and of the gradient.
+    below = torch.exp(torch.where(top, -math.inf, x - mk)).sum(dim=-1)
+    ties = top.sum(dim=-1).to(x.dtype)
+    rest = below + (ties - 1)
+    # nothing possible (all -inf): rest = -1, so that the state says "sum 0"
+    rest = torch.where(torch.isneginf(m), -1.0, rest)
+    return LSEState(m, rest)
+
+
+def lse_state(x: torch.Tensor, dim: int = -1) -> LSEState:
+    r"""The streaming log-sum-exp state of one block: the maximum of each slice of ``x`` along
+    ``dim`` and the sum of ``exp(x_j - max)`` without the maximum's own term.
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape ``(..., n, ...)``
+        Floating-point logits; ``-inf`` is an impossible entry, ``+inf`` is allowed (see
+        :func:`online_logsumexp`), NaN is not. ``n = 0`` (an empty block) is allowed.
+    dim : int
+        The dimension of the block's entries. Default: the last.
+
+    Returns
+    -------
+    LSEState
+        ``max`` and ``rest``, each of the shape of ``x`` without ``dim``; float16/bfloat16
+        inputs give float32 states (the sum of many exponentials does not fit their 8 or 11
+        bits), other dtypes their own. ``log-sum-exp = max + log1p(rest)``
+        (:func:`lse_value`). An empty or all ``-inf`` block gives ``(-inf, -1)``.
+
+    Notes
+    -----
+    Milakov & Gimelshein (2018), "Online normalizer calculation for softmax", keep
+    :math:`(m, s)` with :math:`s = \sum_j e^{x_j - m}`; here ``rest = s - 1`` (Blanchard,
+    Higham & Higham 2021, Algorithm 2), so :func:`lse_value` can use ``log1p``.
+    """
+    func = "lse_state"
+    x = as_float_tensor(x, "x", func, allow_empty=True)
+    if x.dim() == 0:
+        raise ValueError(f"{func}: argument 'x' is a 0-d tensor (a scalar); a block needs "
+                         "a dimension of entries")
+    dim = _one_dim(x, dim, func)
+    check_no_nan(x, "x", func)
+    return _state_of(_to_working(x).movedim(dim, -1))
+
+
+def lse_merge(a: LSEState, b: LSEState) -> LSEState:
+    r"""Merge the states of two disjoint sets of entries into the state of their union.
+
+    With :math:`m = \max(m_a, m_b)` and :math:`s = 1 + \mathrm{rest}`,
+
+    .. math:: s = s_a\, e^{m_a - m} + s_b\, e^{m_b - m},
+
+    the Milakov & Gimelshein (2018) update, written for ``rest``: the state with the larger
+    maximum keeps its ``rest``, the other is rescaled by :math:`e^{m_{\text{other}} - m} \le 1`
+    (never an overflow), and on a tie :math:`\mathrm{rest} = (\mathrm{rest}_a +
+    \mathrm{rest}_b) + 1`.
+
+    Parameters
+    ----------
+    a, b : LSEState
+        States (``max``, ``rest``) of one dtype whose shapes broadcast.
+
+    Returns
+    -------
+    LSEState
+        The state of the union, of the broadcast shape. The merge is commutative exactly (the
+        same bits for ``(a, b)`` and ``(b, a)``) and associative up to rounding: any order and
+        tree of merges gives the log-sum-exp within the first-order rounding bound that
+        ``tests/test_softmax_online.py`` states (each term's error grows with its distance
+        below the maximum and with the number of merges it passes through).
+
+    Notes
+    -----
+    Exact at the edges: a state with nothing possible, ``(-inf, -1)``, is the identity
+    (``-inf - (-inf)`` is never formed, so two of them give ``(-inf, -1)``, not NaN); a
+    ``+inf`` maximum wins over every finite one, and two of them add their counts.
+    """
+    func = "lse_merge"
+    a = _check_state(a, "a", func)
+    b = _check_state(b, "b", func)
+    if a.max.dtype != b.max.dtype:
+        raise TypeError(f"{func}: arguments 'a' and 'b' must have one dtype, got "
+                        f"{a.max.dtype} and {b.max.dtype}")
+    try:
+        torch.broadcast_shapes(a.max.shape, b.max.shape)
+    except RuntimeError:
+        raise ValueError(f"{func}: the shapes of 'a' {tuple(a.max.shape)} and 'b' "
+                         f"{tuple(b.max.shape)} do not broadcast") from None
+    return _merge(a, b)
+
+
+def _merge(a: LSEState, b: LSEState) -> LSEState:
+    m = torch.maximum(a.max, b.max)
+    tie = a.max == b.max  # also both -inf or both +inf, where max - max would be NaN
+    a_top = a.max > b.max
+    # the state with the smaller maximum, and the exponent that rescales it (<= 0): formed
+    # only where the maxima differ, so no inf - inf (the where comes before exp, which keeps
+    # NaN out of the gradient too)
+    low_m = torch.where(a_top, b.max, a.max)
+    low_s = 1 + torch.where(a_top, b.rest, a.rest)
+    top_rest = torch.where(a_top, a.rest, b.rest)
+    scale = torch.exp(torch.where(tie, 0.0, low_m - m))
+    rest = torch.where(tie, (a.rest + b.rest) + 1, top_rest + low_s * scale)
+    return LSEState(m, rest)
+
+
+def lse_value(state: LSEState) -> torch.Tensor:
+    r"""The log-sum-exp ``max + log1p(rest)`` of a state (``-inf`` for ``(-inf, -1)``,
+    ``+inf`` for a ``+inf`` maximum).
+
+    Parameters
+    ----------
+    state : LSEState
+        From :func:`lse_state` / :func:`lse_merge`.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape and dtype of ``state.max``. Gradients flow to the logits the state came from
+        (the softmax); an infinite result has zero gradient (the convention of
+        :func:`logsumexp` for an all ``-inf`` slice).
+    """
+    func = "lse_value"
+    m, r = _check_state(state, "state", func)
+    return _value(LSEState(m, r))
+
+
+def _value(state: LSEState) -> torch.Tensor:
+    m, r = state
+    finite = torch.isfinite(m)
+    # log1p of the rest keeps the digits of a near-certain slice (rest ~ 1e-13); the where's
+    # on both sides keep log1p(-1) = -inf (and its infinite derivative) out of the result and
+    # of the gradient at an infinite maximum
+    safe = torch.where(finite, r, 0.0)
+    return torch.where(finite, m + torch.log1p(safe), m.detach())
+
+
+def online_logsumexp(x: torch.Tensor, dim: int = -1, block: int = 1024) -> torch.Tensor:
+    r"""Log-sum-exp along ``dim`` in one pass, ``block`` entries at a time (the online
+    normaliser of Milakov & Gimelshein 2018).
+
+    Reads each block once, forms its :func:`lse_state` and merges it into the running state
+    with :func:`lse_merge`; the value is :func:`lse_value` of the last state. The same numbers
+    as :func:`logsumexp` up to rounding (within the first-order bound that
+    ``tests/test_softmax_online.py`` states and checks), without a second pass over ``x``.
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape ``(..., n, ...)``
+        Floating-point logits. ``-inf`` means impossible; NaN is rejected. ``+inf`` is allowed
+        and gives ``+inf`` (the sum of the exponentials is infinite; :func:`logsumexp` instead
+        rejects it as a bad logit). ``n = 0`` gives ``-inf``; a 0-d ``x`` is one entry.
+    dim : int
+        The dimension to reduce. Default: the last.
+    block : int
+        Entries read per step, ``>= 1``.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape of ``x`` without ``dim``, dtype of ``x`` (float16/bfloat16 are accumulated in
+        float32). ``-inf`` for an empty or all ``-inf`` slice, with zero gradient there; the
+        gradient elsewhere is the softmax.
+
+    References
+    ----------
+    Milakov & Gimelshein (2018), arXiv:1805.02867; Dao et al. (2022), FlashAttention, which
+    merges these states tile by tile; Blanchard, Higham & Higham (2021) for the ``log1p``.
+
+    Examples
+    --------
+    >>> online_logsumexp(torch.tensor([1000.0, 999.0, 990.0]), block=2)
+    tensor(1000.3133)
+    """
+    func = "online_logsumexp"
+    x = as_float_tensor(x, "x", func, allow_empty=True)
+    scalar = x.dim() == 0
+    if scalar:
+        if isinstance(dim, bool) or not isinstance(dim, int):
+            raise TypeError(f"{func}: argument 'dim' must be an int, got {type(dim).__name__}")
+        if dim not in (0, -1):
+            raise ValueError(f"{func}: argument 'dim'={dim} is out of range for a 0-d 'x' "
+                             "(a single entry): use 0 or -1")
+        x, dim = x.unsqueeze(0), 0
+    dim = _one_dim(x, dim, func)
+    if isinstance(block, bool) or not isinstance(block, int):
+        raise TypeError(f"{func}: argument 'block' must be an int, got {type(block).__name__}")
+    if block < 1:
+        raise ValueError(f"{func}: argument 'block' must be >= 1, got {block}")
+    check_no_nan(x, "x", func)
+    dtype = x.dtype
+    w = _to_working(x).movedim(dim, -1)
+    state = _state_of(w[..., :block])
+    for start in range(block, w.shape[-1], block):
+        state = _merge(state, _state_of(w[..., start:start + block]))
+    return _value(state).to(dtype)
+
+
+__all__ += ["LSEState", "lse_state", "lse_merge", "lse_value", "online_logsumexp"]

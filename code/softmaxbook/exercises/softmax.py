@@ -13,6 +13,10 @@
 * ``softmax-cross-entropy``: ``mean_cross_entropy(logits, target)`` from logits and class indices,
   without ever forming ``exp(logits)`` unshifted, also where a logit is ``-inf``; ready-made
   cross entropies and log-softmaxes are forbidden.
+* ``softmax-lse-merge``: ``merge_states(a, b)`` merges two (max, scaled sum) states of the online
+  log-sum-exp (Milakov & Gimelshein 2018), rescaling both sums to the new maximum without ever
+  exponentiating a maximum, and giving (-inf, 0), not NaN, for two empty states; ready-made
+  log-sum-exps and the book's own merge are forbidden.
 """
 
 from __future__ import annotations
@@ -325,4 +329,148 @@ def _check_se_gradient(se_grad_true):
                                 lambda i: f"p = {float(p.flatten()[i]):.12g}, "
                                           f"K = {float(k.flatten()[i]):g}",
                                 desc, "gradient", hint, digits=6)
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# softmax-lse-merge: merge two (max, scaled sum) states of the online log-sum-exp (Milakov &
+# Gimelshein 2018). A state (m, s) of a block: m its maximum, s = sum_j exp(x_j - m); an empty
+# or all -inf block is (-inf, 0). The union has m = max(m_a, m_b) and
+# s = s_a exp(m_a - m) + s_b exp(m_b - m), with (-inf, 0) for two empty states (no NaN).
+# Cases: either side holding the larger maximum (an answer that rescales only one side, or the
+# wrong side, fails one of them), a tie, maxima of +-1000 (exp of a maximum overflows or
+# underflows), an empty state on either side and on both, and a float64 batch (a float32 step
+# loses digits there).
+
+_NO_MERGE = {**_NO_LSE}
+_NO_MERGE_REASON = ("Write the rescaling yourself with maximum, exp and where: the point of the "
+                    "exercise is the merge that the online log-sum-exp is built from.")
+
+
+@contextmanager
+def _merge_library_forbidden():
+    """The book's own merge (softmaxbook.softmax.lse_merge and its helpers) raises while the
+    check runs, like the rest of the library (see _book_library_forbidden)."""
+    saved = (_softmax._check_state, _softmax._merge, _softmax._state_of)
+
+    def tripwire(*args, **kwargs):
+        raise _ForbiddenCall("a function of the book's library (softmaxbook.softmax)")
+
+    _softmax._check_state = _softmax._merge = _softmax._state_of = tripwire
+    try:
+        yield
+    finally:
+        _softmax._check_state, _softmax._merge, _softmax._state_of = saved
+
+
+def _merge_reference(a, b):
+    (ma, sa), (mb, sb) = a, b
+    m = torch.maximum(ma, mb)
+    dead = torch.isneginf(m)
+    safe = torch.where(dead, 0.0, m)  # exp(-inf - 0) = 0: no -inf - (-inf)
+    return m, sa * torch.exp(ma - safe) + sb * torch.exp(mb - safe)
+
+
+def _state(m, s, dtype=torch.float32):
+    return torch.tensor(m, dtype=dtype), torch.tensor(s, dtype=dtype)
+
+
+A_TOP = "a has the larger maximum"
+B_TOP = "b has the larger maximum"
+DEAD = "an empty state (-inf, 0)"
+BOTH_DEAD = "both states empty (-inf, 0): nothing possible in either block"
+HUGE = "maxima near 1000: exp of a maximum overflows"
+TINY = "maxima near -1000: exp of a maximum underflows to 0"
+MERGE_CASES = [
+    (_state([2.0], [1.5]), _state([0.5], [2.0]),
+     f"a = ([2], [1.5]), b = ([0.5], [2]) ({A_TOP})"),
+    (_state([0.0], [2.0]), _state([3.0], [1.25]), f"a = ([0], [2]), b = ([3], [1.25]) ({B_TOP})"),
+    (_state([1.0], [1.5]), _state([1.0], [1.0]), "a = ([1], [1.5]), b = ([1], [1]) (a tie)"),
+    (_state([1000.0], [1.0]), _state([990.0], [2.0]),
+     f"a = ([1000], [1]), b = ([990], [2]) ({HUGE}; {A_TOP})"),
+    (_state([-1010.0], [1.5]), _state([-1000.0], [1.0]),
+     f"a = ([-1010], [1.5]), b = ([-1000], [1]) ({TINY}; {B_TOP})"),
+    (_state([-INF], [0.0]), _state([5.0], [1.5]), f"a = ([-inf], [0]), b = ([5], [1.5]) ({DEAD})"),
+    (_state([4.0], [3.0]), _state([-INF], [0.0]), f"a = ([4], [3]), b = ([-inf], [0]) ({DEAD})"),
+    (_state([-INF], [0.0]), _state([-INF], [0.0]), f"a = ([-inf], [0]), b = ([-inf], [0]) "
+                                                   f"({BOTH_DEAD})"),
+]
+
+_MERGE_HINT = ("each s is a sum of exp(x_j - its own maximum). Against the new maximum "
+               "m = max(m_a, m_b) each must be rescaled by exp(its maximum - m), a factor <= 1, "
+               "and then the two sums add.")
+_MERGE_MAX_HINT = ("the maximum of the union of two blocks is the larger of their two maxima "
+                   "(not their sum, nor the smaller one).")
+_MERGE_OVERFLOW_HINT = ("an exponential overflowed or underflowed: never exponentiate a "
+                        "maximum itself. Only differences m_a - m and m_b - m (<= 0) go "
+                        "into exp.")
+_MERGE_NAN_HINT = ("for two empty states the new maximum is -inf, and m_a - m = -inf - (-inf) "
+                   "is NaN. The union of two empty blocks is empty: (-inf, 0). Which "
+                   "difference can you use instead where the maximum is -inf?")
+_MERGE_DTYPE_HINT = ("compute in the states' dtype (no .float() on the way): float32 keeps "
+                     "about 7 significant digits, float64 about 16.")
+
+
+def _merge_batch_cases():
+    """A float64 batch: states of random blocks (public in a notebook, salted under the
+    grader), with an empty state in some rows and ties in others."""
+    g = check_generator(2021)
+    x_a = 30.0 * torch.randn(12, 5, generator=g, dtype=torch.float64)
+    x_b = 30.0 * torch.randn(12, 5, generator=g, dtype=torch.float64)
+    x_a[3] = -INF
+    x_b[7] = -INF
+    x_b[5] = x_a[5]  # a tie
+
+    def state(x):
+        m = x.amax(-1)
+        safe = torch.where(torch.isneginf(m), 0.0, m)
+        return m, torch.exp(x - safe[:, None]).sum(-1)
+
+    cases = [(state(x_a), state(x_b), "a batch of 12 states of random blocks, float64 (an "
+                                      "empty state in two rows, a tie in one)")]
+    if check_salt():
+        shift = float(torch.empty(1).uniform_(600.0, 1100.0, generator=g))
+        sign = 1.0 if bool(torch.rand(1, generator=g) < 0.5) else -1.0
+        x = sign * shift + torch.randn(2, 6, 4, generator=g, dtype=torch.float64)
+        cases.append((state(x[0]), state(x[1]), f"a batch of 6 states with maxima near "
+                                                f"{sign * shift:.0f}, float64"))
+    return cases
+
+
+@exercise("softmax-lse-merge", "merge two states of the online log-sum-exp")
+def _check_lse_merge(merge_states):
+    cases = [(a, b, d) for a, b, d in MERGE_CASES] + _merge_batch_cases()
+    for a, b, desc in cases:
+        args = (tuple(t.clone() for t in a), tuple(t.clone() for t in b))
+        with _merge_library_forbidden():
+            got = _call(merge_states, *args, desc=desc, forbid=_NO_MERGE, reason=_NO_MERGE_REASON)
+        for passed, original, name in zip(args[0] + args[1], a + b,
+                                          ("a[0]", "a[1]", "b[0]", "b[1]")):
+            _expect_unchanged(passed, original, name, desc)
+        m_want, s_want = _merge_reference(a, b)
+        expect_true(isinstance(got, (tuple, list)) and len(got) == 2
+                    and all(isinstance(t, torch.Tensor) for t in got),
+                    f"for input {desc} your function should return a pair (m, s) of tensors, "
+                    f"got {describe(got)}.",
+                    hint="return the state of the union, (m, s), not its log-sum-exp.")
+        m_got, s_got = got
+        if bool(torch.isnan(m_got).any()) or bool(torch.isnan(s_got).any()):
+            nan_hint = (_MERGE_NAN_HINT if BOTH_DEAD in desc or "empty" in desc else
+                        _MERGE_OVERFLOW_HINT if HUGE in desc or TINY in desc else _MERGE_HINT)
+            expect_true(False, f"for input {desc} your result contains NaN: m = "
+                               f"{describe(m_got)}, s = {describe(s_got)}.", hint=nan_hint)
+        for t, what in ((m_got, "m"), (s_got, "s")):
+            expect_true(not t.is_floating_point()
+                        or torch.finfo(t.dtype).bits >= torch.finfo(s_want.dtype).bits,
+                        f"for input {desc} your {what} is {t.dtype}, for {s_want.dtype} "
+                        f"states.", hint=_MERGE_DTYPE_HINT)
+        expect_close(m_got, m_want, input_desc=desc, rtol=0, atol=0, what="maximum m",
+                     hint=_MERGE_MAX_HINT)
+        hint = _MERGE_HINT
+        if (HUGE in desc or TINY in desc) and (bool(torch.isinf(s_got).any())
+                                              or bool((s_got == 0).any())):
+            hint = _MERGE_OVERFLOW_HINT
+        rtol = 1e-12 if s_want.dtype == torch.float64 else 1e-6
+        expect_close(s_got, s_want, input_desc=desc, rtol=rtol, atol=0, what="sum s",
+                     hint=hint)
     return len(cases)
