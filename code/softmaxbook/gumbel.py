@@ -1019,7 +1019,9 @@ def gumbel_rao(logits: torch.Tensor, tau, *, samples: int = 10, generator=None,
     """A one-hot categorical sample whose gradient is the Gumbel-Rao estimator.
 
     Forward: ``one_hot(D)`` with ``D = argmax(logits + G)``, a sample from ``softmax(logits)``,
-    exactly as ``gumbel_softmax(..., hard=True)`` (straight-through). Backward: where
+    as ``gumbel_softmax(..., hard=True)`` (straight-through) gives it; ``D`` is the sample of
+    :func:`gumbel_max` on the same generator (float32 rows far from 0 shifted by their maximum
+    first, so that rounding gives no ties). Backward: where
     straight-through uses the Jacobian of ``softmax((logits + G) / tau)`` at the one ``G`` that
     produced ``D``, Gumbel-Rao averages it over ``samples`` draws of ``G`` conditioned on
     ``argmax(logits + G) = D`` (:func:`gumbel_given_argmax`), the noise held fixed:
