@@ -6,7 +6,12 @@ run, and the ratio ours / theirs (below 1 means we are faster):
 * ``gumbel_softmax`` vs ``torch.nn.functional.gumbel_softmax`` (soft and hard), same shapes;
 * ``gumbel_topk`` vs ``torch.multinomial(probs, k, replacement=False)``, on probabilities given
   (the fairest case for multinomial) and from logits (softmax + multinomial);
-* ``gumbel_max`` vs ``torch.multinomial(probs, 1)`` and ``Categorical(logits=...).sample()``.
+* ``gumbel_max`` vs ``torch.multinomial(probs, 1)`` and ``Categorical(logits=...).sample()``;
+* ``gumbel_rao`` (K = 10 conditional draws) vs straight-through ``F.gumbel_softmax(hard=True)``,
+  forward and backward, on the first 1000 columns (K softmaxes cost about K times one);
+* ``weighted_reservoir`` over the first row as a stream of 10 chunks vs
+  ``torch.multinomial(probs[0], k, replacement=False)`` on the whole row (the reservoir pays for
+  one pass with memory for k items plus one chunk).
 
 Our functions validate their arguments on every call (PyTorch's do not); the time of that is
 included.
@@ -23,7 +28,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from softmaxbook.gumbel import gumbel_max, gumbel_softmax, gumbel_topk
+from softmaxbook.gumbel import (gumbel_max, gumbel_rao, gumbel_softmax, gumbel_topk,
+                                weighted_reservoir)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import add_json_argument, interleaved, report  # noqa: E402
@@ -45,6 +51,13 @@ def main(argv=None) -> list[tuple[str, float, float, float]]:
     logits = torch.randn(args.rows, args.cols, generator=gen)
     probs = torch.softmax(logits, -1)
     k = args.k
+    narrow = logits[:, :1000].clone()
+    row_chunks = list(logits[0].double().chunk(10))
+
+    def backward(make):
+        x = narrow.clone().requires_grad_()
+        make(x).sum().backward()
+        return x.grad
 
     pairs = [
         ("gumbel_softmax tau=1", lambda: gumbel_softmax(logits, 1.0, generator=gen),
@@ -61,6 +74,14 @@ def main(argv=None) -> list[tuple[str, float, float, float]]:
         ("gumbel_max", lambda: gumbel_max(logits, generator=gen),
          "Categorical(logits).sample()",
          lambda: torch.distributions.Categorical(logits=logits, validate_args=False).sample()),
+        ("gumbel_rao K=10 fwd+bwd",
+         lambda: backward(lambda x: gumbel_rao(x, 0.5, samples=10, generator=gen)),
+         "F.gumbel_softmax hard fwd+bwd",
+         lambda: backward(lambda x: F.gumbel_softmax(x, tau=0.5, hard=True))),
+        (f"weighted_reservoir k={k}",
+         lambda: weighted_reservoir(iter(row_chunks), k, generator=gen),
+         "multinomial(probs[0]) w/o repl.",
+         lambda: torch.multinomial(probs[0], k, replacement=False)),
     ]
     print(f"shape {args.rows} x {args.cols}, k = {k}, {torch.get_num_threads()} threads, "
           f"median of {args.repeats} interleaved repeats, torch {torch.__version__}")

@@ -824,7 +824,7 @@ def test_benchmark_script_runs_quick():
 
     path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gumbel.py"
     rows = runpy.run_path(str(path), run_name="bench_gumbel")["main"](["--quick", "--repeats", "1"])
-    assert len(rows) == 6 and all(r[3] > 0 for r in rows)
+    assert len(rows) == 8 and all(r[3] > 0 for r in rows)
 
 
 # ------------------------------------------------------------------------------------------------
