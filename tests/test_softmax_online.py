@@ -49,7 +49,8 @@ def bound(x, blocks_merged, block):
     at most 1 + rest, the product by the scale, the exp of the scale (2u) and one addition
     (5u: 4 roundings and the exp's second ulp); it enters the result weighted by p_j. Then
     log1p (2u relative to y - m) and the final addition (u |y|). Blanchard, Higham & Higham
-    (2021) bound the one-pass algorithm this way; the merges add the 5u per level."""
+    (2021) bound the shifted (two-pass) algorithms this way; they treat no streaming merge,
+    so the 5u per merge level is this book's addition."""
     x = x.double()
     y = logsumexp(x, exact=True)
     m = x.amax(-1)
