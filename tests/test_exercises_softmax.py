@@ -577,6 +577,11 @@ def merge_float32(a, b):  # computes float64 states in float32
     return m.to(a[0].dtype), s
 
 
+def merge_float64(a, b):  # float32 states merged and returned in float64
+    m, s = merge_where((a[0].double(), a[1].double()), (b[0].double(), b[1].double()))
+    return m, s
+
+
 def merge_in_place(a, b):  # right values, but rescales the caller's sums in place
     (ma, sa), (mb, sb) = a, b
     m = torch.maximum(ma, mb)
@@ -616,6 +621,7 @@ def test_lse_merge_right_answers_pass_salted(salt):
     (merge_library, r"calls a function of the book's library"),
     (merge_float32, r"(?s)float64.*your s is torch.float32, for torch.float64 states"),
     (merge_in_place, r"changed its argument 'a\[1\]' in place"),
+    (merge_float64, r"(?s)larger maximum.*your m is torch.float64, for torch.float32"),
     (lambda a, b: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
     (..., "no answer yet"),
 ])
