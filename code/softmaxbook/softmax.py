@@ -1230,6 +1230,11 @@ def _check_state(state, name: str, func: str) -> LSEState:
                         f"dtype {r.dtype}; they must have one dtype")
     check_no_nan(m, f"{name}.max", func)
     check_no_nan(r, f"{name}.rest", func)
+    # rest is a sum of exponentials <= 1 each (or a count of +inf entries), minus 1: never
+    # infinite; an infinite rest would make lse_value +inf silently (R5 cold review)
+    if bool(_plain(torch.isinf(r)).any()):
+        raise ValueError(f"{func}: argument '{name}.rest' must be finite (a sum of "
+                         "exponentials <= 1 each, minus 1), got inf")
     if bool(_plain(r < -1).any()):
         raise ValueError(f"{func}: argument '{name}.rest' must be >= -1 (it is a sum of "
                          f"exponentials minus 1), got {float(_plain(r).min())}")
