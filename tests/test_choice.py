@@ -580,12 +580,18 @@ def _map_data(S=6, T=120, seed=26):
 PRIOR = ((0.0, 1.0), (1.0, 1.0))  # logit alpha ~ N(0, 1), log beta ~ N(1, 1)
 
 
-def test_map_equals_a_direct_maximisation_of_the_posterior():
+# unequal means and sds: with PRIOR's equal sds a prior that swaps the sds of logit alpha and
+# log beta passed every test (cold review R5, finding 3)
+PRIOR_UNEQUAL = ((0.5, 0.7), (2.0, 0.6))
+
+
+@pytest.mark.parametrize("prior, S", [(PRIOR, 6), (PRIOR_UNEQUAL, 3)])
+def test_map_equals_a_direct_maximisation_of_the_posterior(prior, S):
     from scipy.optimize import minimize
     from softmaxbook.choice import fit_rw, rw_log_likelihood
-    c, r, g = _map_data()
-    fit = fit_rw(c, r, n_starts=4, generator=g, prior=PRIOR)
-    mean, sd = torch.tensor(PRIOR[0], dtype=torch.float64), torch.tensor(PRIOR[1],
+    c, r, g = _map_data(S=S)
+    fit = fit_rw(c, r, n_starts=4, generator=g, prior=prior)
+    mean, sd = torch.tensor(prior[0], dtype=torch.float64), torch.tensor(prior[1],
                                                                          dtype=torch.float64)
     for s in range(c.shape[0]):
         def neg_post(th):
@@ -662,3 +668,51 @@ def test_map_bad_prior():
         fit_rw(c, r, generator=g, prior=((0.0, math.inf), (1.0, 1.0)))
     with pytest.raises(TypeError, match="must hold numbers"):
         fit_rw(c, r, generator=g, prior=(("a", "b"), (1.0, 1.0)))
+
+
+def test_map_prior_terms_match_autograd():
+    # the gradient and Hessian of log prior that the Newton method adds (cold review R5,
+    # finding 3: a Hessian 4x too large, or the two sds swapped, passed the tests above)
+    from softmaxbook.choice import _add_prior, _check_prior
+    prior = _check_prior(PRIOR_UNEQUAL, "fit_rw", torch.device("cpu"), torch.float64)
+    g0 = torch.Generator().manual_seed(5)
+    theta = 3 * torch.randn(7, 2, generator=g0, dtype=torch.float64)
+    zeros = torch.zeros(7, dtype=torch.float64)
+    lp, g, h = _add_prior(zeros, torch.zeros(7, 2, dtype=torch.float64),
+                          torch.zeros(7, 3, dtype=torch.float64), theta, prior)
+    mean = torch.tensor(PRIOR_UNEQUAL[0], dtype=torch.float64)
+    sd = torch.tensor(PRIOR_UNEQUAL[1], dtype=torch.float64)
+
+    def log_prior(th):
+        return -0.5 * (((th - mean) / sd) ** 2).sum()
+
+    for n in range(7):
+        th = theta[n]
+        torch.testing.assert_close(lp[n], log_prior(th), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(g[n], torch.func.grad(log_prior)(th), rtol=1e-12,
+                                   atol=1e-12)
+        H = torch.func.hessian(log_prior)(th)
+        torch.testing.assert_close(h[n], torch.stack((H[0, 0], H[0, 1], H[1, 1])),
+                                   rtol=1e-12, atol=1e-12)
+
+
+def test_map_log_likelihood_exact_with_a_tight_prior_outside_the_box():
+    # objective - log prior cancelled: sd 1e-8 centred at beta = 1e4 left l off by ~6
+    # (cold review R5, finding 4)
+    from softmaxbook.choice import fit_rw, rw_log_likelihood
+    c, r, g = _map_data(S=3)
+    fit = fit_rw(c, r, n_starts=2, generator=g,
+                 prior=((0.0, math.log(1e4)), (1.0, 1e-8)))
+    torch.testing.assert_close(fit.log_likelihood,
+                               rw_log_likelihood(fit.alpha, fit.beta, c, r),
+                               rtol=0, atol=1e-9)
+    assert bool((fit.beta > 99.0).all())
+
+
+def test_map_bad_prior_more():
+    from softmaxbook.choice import fit_rw
+    c, r, g = _map_data(S=2)
+    with pytest.raises(ValueError, match="argument 'prior' has an sd too small"):
+        fit_rw(c, r, generator=g, prior=((0.0, 1.0), (1e-200, 1.0)))
+    with pytest.raises(TypeError, match="got a tuple of length 4"):
+        fit_rw(c, r, generator=g, prior=(0.0, 1.0, 1.0, 1.0))

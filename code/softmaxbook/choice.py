@@ -532,7 +532,8 @@ class RWFit(NamedTuple):
     converged: torch.Tensor  #: [S] bool, the best start met the convergence test at a finite ℓ
     start_log_likelihoods: torch.Tensor  #: [S, K] ℓ reached from each start
     n_iter: int  #: iterations until the last start converged
-    #: [S] ℓ + log prior at the estimate (the maximised objective), None without a prior
+    #: [S] ℓ + log prior at the estimate (the maximised objective), the prior's normal
+    #: densities without their constant -Σ log(sd √(2π)); None without a prior
     log_posterior: torch.Tensor | None = None
 
 
@@ -597,9 +598,12 @@ def fit_rw(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_ma
         pairs (or 2-element tensors), ``sd > 0``. The fit then maximises ``ℓ + log prior`` (the
         prior's gradient ``-(θ - mean) / sd²`` and Hessian ``-1 / sd²`` are added to ℓ's), which
         keeps estimates off the box's bounds where the data say little (Daw 2011;
-        Wilson & Collins 2019, rule 4). ``log_likelihood`` is then still ℓ at the estimate, the
-        best start is the one with the largest ``ℓ + log prior``, and ``start_log_likelihoods``
-        hold ℓ + log prior.
+        Wilson & Collins 2019, rule 4). "log prior" is the sum of the normal log-densities
+        without their constant -Σ log(sd √(2π)), and the estimate is the mode in (a, b)
+        (a mode depends on the coordinates a density is written in). ``log_likelihood`` is
+        then still ℓ at the estimate, the best start is the one with the largest
+        ``ℓ + log prior``, and ``start_log_likelihoods`` and ``log_posterior`` hold
+        ℓ + log prior. A prior whose sd is below ~1e-154 (1 / sd² overflows) is refused.
 
     Returns
     -------
@@ -661,7 +665,11 @@ def fit_rw(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_ma
     if prior is None:
         like, post = objective, None
     else:
-        like = objective - _log_prior(theta, prior)
+        # ℓ at the estimate computed again, not objective - log prior: with a tight prior
+        # centred outside the box that difference cancels (sd 1e-8: ℓ off by units)
+        like = rw_log_likelihood(torch.sigmoid(theta[:, 0]), torch.exp(theta[:, 1]),
+                                 choices.to(dtype), rewards.to(dtype),
+                                 initial_value=initial_value)
         post = objective.to(out)
     return RWFit(
         alpha=torch.sigmoid(theta[:, 0]).to(out),
@@ -680,8 +688,11 @@ def _check_prior(prior, func, device, dtype):
     if prior is None:
         return None
     if not isinstance(prior, (tuple, list)) or len(prior) != 2:
+        got = type(prior).__name__
+        if isinstance(prior, (tuple, list)):
+            got = f"a {got} of length {len(prior)}"
         raise TypeError(f"{func}: argument 'prior' must be a pair (mean, sd) of pairs for "
-                        f"(logit alpha, log beta), got {type(prior).__name__}")
+                        f"(logit alpha, log beta), got {got}")
     parts = []
     for name, x in zip(("mean", "sd"), prior):
         try:
@@ -699,13 +710,29 @@ def _check_prior(prior, func, device, dtype):
     mean, sd = parts
     if not bool((sd > 0).all()):
         raise ValueError(f"{func}: argument 'prior' needs sd > 0, got {sd.tolist()}")
-    return mean, sd.pow(-2)
+    prec = sd.pow(-2)
+    if not bool(torch.isfinite(prec).all()):  # sd ≲ 1e-154: 1 / sd² overflows
+        raise ValueError(f"{func}: argument 'prior' has an sd too small for 1 / sd² in "
+                         f"float64, got {sd.tolist()}")
+    return mean, prec
 
 
 def _log_prior(theta, prior):
     """Normal log-density of θ = (logit α, log β) up to its constant: -Σ (θ - mean)² / 2 sd²."""
     mean, prec = prior
     return -0.5 * ((theta - mean).pow(2) * prec).sum(-1)
+
+
+def _add_prior(ll, g, h, theta, prior):
+    """ℓ + log prior, its gradient and Hessian (h = [∂aa, ∂ab, ∂bb]) in θ [N, 2].
+
+    The log prior is a quadratic in θ: gradient -(θ - mean) / sd², Hessian diag(-1 / sd²).
+    """
+    mean, prec = prior
+    ll = ll + _log_prior(theta, prior)
+    g = g - (theta - mean) * prec
+    h = h - torch.stack((prec[0], prec.new_zeros(()), prec[1])).expand_as(h)
+    return ll, g, h
 
 
 def _unconstrained(ll, g, h, theta):
@@ -789,11 +816,8 @@ def _newton(choices, rewards, theta0_ab, K, initial_value, max_iter, gtol, beta_
         ll, g, h = _derivatives(alpha, beta, data["y"], data["r"], initial_value, 2,
                                 onehot=data["onehot"])
         ll, g, h = _unconstrained(ll, g, h, th_c)
-        if prior is not None:  # ℓ + log prior: a quadratic in θ (its Hessian is diagonal)
-            mean, prec = prior
-            ll = ll + _log_prior(th_c, prior)
-            g = g - (th_c - mean) * prec
-            h = h - torch.stack((prec[0], prec.new_zeros(()), prec[1])).expand_as(h)
+        if prior is not None:
+            ll, g, h = _add_prior(ll, g, h, th_c, prior)
         return ll[pos], g[pos], h[pos]
 
     active = torch.arange(N, device=dev)
