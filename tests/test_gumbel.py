@@ -334,27 +334,6 @@ def test_gumbel_with_max_maximum_shapes_and_dead_rows():
     assert torch.isneginf(e).all()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_gumbel_with_max_top_is_the_top_of_gumbel_with_max(dtype):
-    # Stochastic beam search conditions only each node's m best children; that must give exactly
-    # the values and order that conditioning every child gives (the map is monotone per row).
-    # (Its callers pass finite maxima and rows with a possible child, as here.)
-    loc = torch.randn(50, 40, generator=gen(3), dtype=torch.float64).mul(30).to(dtype)
-    loc[::7, 5:] = -math.inf  # rows with only 5 possible children (fewer than m below)
-    loc[3, 1:] = -math.inf  # a single possible child
-    t = torch.randn(50, 1, generator=gen(4), dtype=torch.float64).mul(50).to(dtype)
-    full = gumbel_with_max(loc, t, generator=gen(5))
-    for m in (1, 6, 11, 40):
-        values, idx = gm._gumbel_with_max_top(loc, t, m, gen(5))
-        assert values.shape == idx.shape == (50, m)
-        assert torch.equal(values, full.gather(1, idx))
-        expected = full.topk(m, dim=1).values
-        assert torch.equal(values, expected)
-        assert torch.equal(values[:, :1], t)  # the maximum is exactly t
-        if m > 5:  # rows with 5 possible children: the rest are impossible, -inf
-            assert torch.isneginf(values[::7, 5:]).all()
-
-
 def test_gumbel_with_max_gradcheck():
     loc = torch.tensor([[0.3, -0.2, 1.0], [2.0, 0.0, -1.0]], dtype=torch.float64, requires_grad=True)
     t = torch.tensor([0.5, -1.0], dtype=torch.float64, requires_grad=True)

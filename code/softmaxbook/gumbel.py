@@ -417,29 +417,6 @@ def gumbel_with_max(loc: torch.Tensor, maximum: torch.Tensor, *, generator=None,
     return out
 
 
-def _gumbel_with_max_top(loc: torch.Tensor, t: torch.Tensor, m: int, generator):
-    """The ``m`` largest of the Gumbels that ``gumbel_with_max(loc, t)`` would draw, per row.
-
-    Returns ``(values, indices)``, ``[..., m]`` each, values in decreasing order: the same values
-    ``gumbel_with_max`` gives those entries for the same generator state (the same noise is
-    drawn), because conditioning on the maximum is a monotone map per row (``G -> -log(e^-T -
-    e^-Z + e^-G)`` increases with ``G`` for fixed ``T`` and ``Z``). Only the top ``m``
-    go through the conditioning arithmetic, which for a beam of ``k`` over a vocabulary of ``V``
-    saves about ``V / (k + 1)`` of that work. ``t`` has a last dimension of 1 and is finite;
-    every row of ``loc`` has a finite entry (stochastic beam search only expands such nodes). No
-    argument checks (internal).
-    """
-    g = _standard_gumbel(loc.shape, loc.dtype, loc.device, generator).add_(loc)
-    top, idx = g.topk(m, dim=-1)  # sorted, decreasing: top[..., :1] is the row maximum Z
-    # gumbel_with_max's arithmetic with fewer (tiny, dispatch-bound) operations: column 0 is
-    # the maximum and becomes T exactly; with T and Z finite no guards are needed. The others
-    # are the same arithmetic, hence the same bits; an impossible child (-inf) gives v = +inf and
-    # -inf, and a tie with the maximum gives log1mexp(0) = -inf, v = -inf and T, as it should.
-    z, rest = top[..., :1], top[..., 1:]
-    v = (t - rest).add_(_log1mexp(rest - z))
-    return torch.cat([t.expand_as(z), t - _softplus(v)], dim=-1), idx
-
-
 # ------------------------------------------------------------------------------------------------
 # Gumbel-max, Gumbel-softmax, Gumbel-top-k, Plackett-Luce
 # ------------------------------------------------------------------------------------------------
