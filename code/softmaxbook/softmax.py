@@ -12,7 +12,9 @@ Conventions shared by every function here
   PyTorch's own functions give NaN there (pytorch issue 31829, :cite:`pytorch31829`).
 * NaN or ``+inf`` in the logits, a temperature that is not a finite number > 0, and integer,
   boolean or complex tensors are rejected with a ``ValueError``/``TypeError`` that names the
-  argument.
+  argument. The streaming log-sum-exp (:func:`lse_state`, :func:`lse_merge`,
+  :func:`online_logsumexp`) is the one exception: it accepts ``+inf`` and returns ``+inf``,
+  since a stream cannot be rejected after part of it has been merged (NaN is still rejected).
 * The two edges follow PyTorch and SciPy: an *empty* ``dim`` is an empty slice, nothing is
   possible in it, so (as for an all ``-inf`` slice) ``logsumexp`` gives ``-inf`` and
   ``softmax`` / ``log_softmax`` an empty tensor; a *0-d* tensor is a single category (``dim``
