@@ -1219,6 +1219,10 @@ class UnorderedSetWeights(NamedTuple):
     set_probability: torch.Tensor     # [...]: p(S), the probability of drawing the set S
 
 
+#: The most numbers one block of the pairwise integrand of :func:`unordered_set_weights` holds.
+_PAIR_CHUNK_ELEMENTS = 1 << 22
+
+
 def unordered_set_weights(log_probs: torch.Tensor, *, step: float = 0.2) -> UnorderedSetWeights:
     """Weights of the unordered set estimator and its built-in baseline (Kool, van Hoof &
     Welling 2020) for a sample without replacement ``S`` of size ``k``.
@@ -1297,9 +1301,16 @@ def unordered_set_weights(log_probs: torch.Tensor, *, step: float = 0.2) -> Unor
     weights = torch.exp(phi + log_s1 - log_s.unsqueeze(-1))
     if k == 1:
         return UnorderedSetWeights(weights, None, log_s.exp())
-    # [..., k, k]: log p^{D∖{s,s'}}(S ∖ {s,s'}) for s ≠ s'
-    log_s2 = torch.logsumexp(full.unsqueeze(-2).unsqueeze(-2) - log_q.unsqueeze(-2)
-                             - log_q.unsqueeze(-3), -1) + log_h
+    # [..., k, k]: log p^{D∖{s,s'}}(S ∖ {s,s'}) for s ≠ s'. The integrand is [..., k, k, m]:
+    # built a block of rows s at a time, at most _PAIR_CHUNK_ELEMENTS numbers per block (k in the
+    # hundreds with its finer grid would otherwise need gigabytes; R5 review of chapter 8)
+    left = full.unsqueeze(-2) - log_q                                  # [..., k, m]: row s
+    per_row = max(1, left.numel())                 # one row s of the integrand: [..., 1, k, m]
+    rows_per_block = max(1, _PAIR_CHUNK_ELEMENTS // per_row)
+    log_s2 = torch.cat([
+        torch.logsumexp(left[..., i:i + rows_per_block, :].unsqueeze(-2)
+                        - log_q.unsqueeze(-3), -1)
+        for i in range(0, k, rows_per_block)], dim=-2) + log_h
     ratio = torch.exp(log_s2 - log_s1.unsqueeze(-1))                   # row s: / p^{D∖s}(S∖s)
     eye = torch.eye(k, dtype=torch.bool, device=phi.device)
     baseline = torch.where(eye, torch.ones_like(ratio), ratio) * phi.exp().unsqueeze(-2)
