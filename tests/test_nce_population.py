@@ -252,3 +252,16 @@ def test_class_softmax_bad_input(change, exc, match):
     args.update(change)
     with pytest.raises(exc, match=match):
         class_softmax_log_prob(**args)
+
+
+def test_class_sizes_accept_numpy_integers():
+    # R6 review: a numpy int array is a sequence of ints (np.int64 is not int)
+    np = pytest.importorskip("numpy")
+    h, cw, ww, sizes, t = _layout()
+    ref = class_softmax_log_prob(h, cw, ww, sizes, t)
+    for arr in (np.array(sizes.tolist()), np.array(sizes.tolist(), dtype=np.int32)):
+        assert torch.equal(class_softmax_log_prob(h, cw, ww, arr, t), ref)
+    with pytest.raises(TypeError, match="ints"):
+        class_softmax_log_prob(h, cw, ww, np.array(sizes.tolist(), dtype=float), t)
+    with pytest.raises(TypeError, match="ints"):
+        class_softmax_log_prob(h, cw, ww, [True] * 23, t[:0] * 0)

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 
 import torch
 import torch.nn.functional as F
@@ -1124,9 +1125,10 @@ def _check_class_sizes(class_sizes, V: int, func: str) -> torch.Tensor:
         except TypeError:
             raise TypeError(f"{func}: argument 'class_sizes' must be a sequence of ints, got "
                             f"{type(class_sizes).__name__}") from None
-        if not all(isinstance(x, int) and not isinstance(x, bool) for x in items):
+        # numpy integers are not int but have __index__ (floats and numpy bools have not)
+        if not all(hasattr(x, "__index__") and not isinstance(x, bool) for x in items):
             raise TypeError(f"{func}: argument 'class_sizes' must be a sequence of ints")
-        sizes = torch.tensor(items, dtype=torch.long)
+        sizes = torch.tensor([operator.index(x) for x in items], dtype=torch.long)
     if sizes.numel() < 1 or bool((sizes < 1).any()):
         raise ValueError(f"{func}: argument 'class_sizes' must be at least one positive size")
     if int(sizes.sum()) != V:
@@ -1153,7 +1155,10 @@ def class_softmax_log_prob(hidden: torch.Tensor, class_weight: torch.Tensor,
     Mikolov et al. 2011 for classes of frequency-sorted words). A batch is padded to its
     largest target class: classes of equal size keep that at ``V / n`` (frequency bins of
     equal mass, Mikolov's choice for one example at a time, make the rare words' classes far
-    larger, and a batch then pays for the largest it touches).
+    larger, and a batch then pays for the largest it touches). Memory: each example gathers its
+    class's word vectors, a ``[B, m, d]`` copy (and with ``sparse_grad`` a gradient of ``B m``
+    rows), so examples of one class share nothing: at ``B = 2048``, ``m = 317``, ``d = 256``
+    (float32) the copy is 665 MB against a 102 MB word matrix. For large ``B d`` split the batch.
 
     Parameters
     ----------
