@@ -15,8 +15,9 @@ from softmaxbook.nce import AliasSampler, nce_loss
 
 
 def test_registered():
-    assert registered("nce") == ["nce-alias-table", "nce-ex-ns-optimum", "nce-ex-posterior",
-                                 "nce-infonce-symmetric", "nce-objective", "nce-shifted-pmi"]
+    assert registered("nce") == ["nce-alias-table", "nce-class-softmax", "nce-ex-ns-optimum",
+                                 "nce-ex-posterior", "nce-infonce-symmetric", "nce-objective",
+                                 "nce-shifted-pmi"]
 
 
 def stub(*args):
@@ -557,3 +558,156 @@ def test_symmetric_infonce_float32_is_refused_for_its_precision(to_low):
     with pytest.raises(ExerciseCheckFailed, match=r"(?s)float64.*1e-9") as e:
         check("nce-infonce-symmetric", float32_answer)
     assert "Binomial" not in str(e.value)
+
+
+# --- nce-class-softmax ------------------------------------------------------------------------
+def _blocks(sizes):
+    ends = torch.tensor(np.cumsum(sizes).tolist())
+    return ends - torch.tensor(sizes), ends
+
+
+def class_padded(h, cw, ww, sizes, t):  # the package's way: pad to the largest class
+    starts, ends = _blocks(sizes)
+    cls = torch.bucketize(t, ends, right=True)
+    m = max(sizes)
+    offs = torch.arange(m)
+    rows = (starts[cls][:, None] + offs).clamp(max=ww.shape[0] - 1)
+    logits = torch.einsum("bmd,bd->bm", ww[rows], h)
+    logits = logits.masked_fill(offs >= (ends - starts)[cls][:, None], -math.inf)
+    own = logits.gather(1, (t - starts[cls])[:, None]).squeeze(1)
+    return (torch.log_softmax(h @ cw.T, 1).gather(1, cls[:, None]).squeeze(1)
+            + own - torch.logsumexp(logits, 1))
+
+
+def class_loop(h, cw, ww, sizes, t):
+    out = []
+    for b in range(h.shape[0]):
+        w, start = int(t[b]), 0
+        for c, size in enumerate(sizes):
+            if w < start + size:
+                break
+            start += size
+        lc = torch.log_softmax(cw @ h[b], 0)[c]
+        lw = torch.log_softmax(ww[start:start + size] @ h[b], 0)[w - start]
+        out.append(lc + lw)
+    return torch.stack(out)
+
+
+def class_full_table(h, cw, ww, sizes, t):
+    parts, start = [], 0
+    lc = torch.log_softmax(h @ cw.T, 1)
+    for c, size in enumerate(sizes):
+        parts.append(lc[:, c:c + 1]
+                     + torch.log_softmax(h @ ww[start:start + size].T, 1))
+        start += size
+    return torch.cat(parts, 1).gather(1, t[:, None]).squeeze(1)
+
+
+def _word_only(h, ww, sizes, t):
+    starts, ends = _blocks(sizes)
+    cls = torch.bucketize(t, ends, right=True)
+    return torch.stack([torch.log_softmax(ww[starts[c]:ends[c]] @ h[b], 0)[t[b] - starts[c]]
+                        for b, c in enumerate(cls.tolist())])
+
+
+def class_only(h, cw, ww, sizes, t):
+    _, ends = _blocks(sizes)
+    cls = torch.bucketize(t, ends, right=True)
+    return torch.log_softmax(h @ cw.T, 1).gather(1, cls[:, None]).squeeze(1)
+
+
+def word_softmax_over_all(h, cw, ww, sizes, t):
+    return class_only(h, cw, ww, sizes, t) + torch.log_softmax(h @ ww.T, 1).gather(
+        1, t[:, None]).squeeze(1)
+
+
+def boundary_off_by_one(h, cw, ww, sizes, t):
+    starts, ends = _blocks(sizes)
+    # right=False: the last word of a class goes to the next class
+    cls = torch.bucketize(t, ends).clamp(max=len(sizes) - 1)
+    out = []
+    for b, c in enumerate(cls.tolist()):
+        lw = torch.log_softmax(ww[starts[c]:ends[c]] @ h[b], 0)
+        j = min(int(t[b] - starts[c]), lw.numel() - 1)
+        out.append(torch.log_softmax(cw @ h[b], 0)[c] + lw[j])
+    return torch.stack(out)
+
+
+def log_of_softmax(h, cw, ww, sizes, t):
+    starts, ends = _blocks(sizes)
+    cls = torch.bucketize(t, ends, right=True)
+    out = []
+    for b, c in enumerate(cls.tolist()):
+        pc = torch.softmax(cw @ h[b], 0)[c]
+        pw = torch.softmax(ww[starts[c]:ends[c]] @ h[b], 0)[t[b] - starts[c]]
+        out.append(torch.log(pc) + torch.log(pw))
+    return torch.stack(out)
+
+
+def probabilities(h, cw, ww, sizes, t):
+    return class_loop(h, cw, ww, sizes, t).exp()
+
+
+def class_softmax_over_the_batch(h, cw, ww, sizes, t):
+    _, ends = _blocks(sizes)
+    cls = torch.bucketize(t, ends, right=True)
+    return (torch.log_softmax(h @ cw.T, 0).gather(1, cls[:, None]).squeeze(1)
+            + _word_only(h, ww, sizes, t))
+
+
+def mean_over_the_batch(h, cw, ww, sizes, t):
+    return class_loop(h, cw, ww, sizes, t).mean()
+
+
+def equal_classes_assumed(h, cw, ww, sizes, t):
+    per = ww.shape[0] // len(sizes)
+    cls = (t // per).clamp(max=len(sizes) - 1)
+    starts = cls * per
+    out = []
+    for b, c in enumerate(cls.tolist()):
+        end = ww.shape[0] if c == len(sizes) - 1 else int(starts[b]) + per
+        lw = torch.log_softmax(ww[int(starts[b]):end] @ h[b], 0)[t[b] - starts[b]]
+        out.append(torch.log_softmax(cw @ h[b], 0)[c] + lw)
+    return torch.stack(out)
+
+
+def in_float32(h, cw, ww, sizes, t):
+    return class_loop(h.float(), cw.float(), ww.float(), sizes, t)
+
+
+def shifts_hidden_in_place(h, cw, ww, sizes, t):
+    h -= h.mean()
+    return class_loop(h, cw, ww, sizes, t)
+
+
+def library_class_softmax(h, cw, ww, sizes, t):
+    from softmaxbook.nce import class_softmax_log_prob
+    return class_softmax_log_prob(h, cw, ww, sizes, t)
+
+
+@pytest.mark.parametrize("answer", [class_padded, class_loop, class_full_table])
+def test_class_softmax_accepts_right_answers(answer, capsys):
+    assert check("nce-class-softmax", answer)
+    assert "correct on 5 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda h, cw, ww, sizes, t: _word_only(h, ww, sizes, t), "class term is missing"),
+    (class_only, "word term is missing"),
+    (word_softmax_over_all, "over all V words"),
+    (boundary_off_by_one, "class boundary"),
+    (log_of_softmax, "underflows"),
+    (probabilities, "not probabilities"),
+    (class_softmax_over_the_batch, None),
+    (mean_over_the_batch, None),
+    (equal_classes_assumed, None),
+    (in_float32, None),
+    (shifts_hidden_in_place, "in place"),
+    (library_class_softmax, "off limits|yourself"),
+])
+def test_class_softmax_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed) as e:
+        check("nce-class-softmax", answer)
+    if message:
+        import re
+        assert re.search(message, " ".join(str(e.value).split())), str(e.value)

@@ -18,6 +18,11 @@ sampling" (book/04_nce.ipynb).
 * ``nce-infonce-symmetric``: ``symmetric_infonce(m, eps, k)``, the exact InfoNCE bound with the
   best critic for x uniform on m values and y = x with probability 1 - eps (else uniform), as a
   sum over the binomial number of negatives that land on x's partner.
+* ``nce-class-softmax``: ``class_log_prob(hidden, class_weight, word_weight, class_sizes,
+  targets)``, the log-probabilities of the targets under a class-factored softmax (words in
+  consecutive blocks), compared with ``class_softmax_log_prob``; a missing class or word term,
+  a word softmax over all V words, boundaries off by one, log of a softmax that underflows, and
+  probabilities for log-probabilities get hints of their own.
 """
 
 from __future__ import annotations
@@ -481,3 +486,104 @@ def _check_symmetric_infonce(symmetric_infonce):
                           "number c of them on the partner is Binomial(k, 1/m). Average "
                           "log((k + 1) r_0 / (r_0 + sum of the negatives' r)) over both.")
     return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+def _class_cases():
+    g = check_generator(311)
+
+    def make(B, d, sizes, scale=1.0, targets=None):
+        V = sum(sizes)
+        h = scale * torch.randn(B, d, generator=g, **f64)
+        cw = torch.randn(len(sizes), d, generator=g, **f64)
+        ww = torch.randn(V, d, generator=g, **f64)
+        t = (torch.randint(V, (B,), generator=g) if targets is None
+             else torch.tensor(targets, dtype=torch.long))
+        return h, cw, ww, list(sizes), t
+
+    yield "B = 6, d = 4, class sizes [3, 5, 2, 6]", make(6, 4, [3, 5, 2, 6])
+    sizes = [4, 1, 7, 3]
+    ends = np.cumsum(sizes).tolist()
+    edge = sorted({e - 1 for e in ends} | {e - s for e, s in zip(ends, sizes)})
+    yield (f"class sizes {sizes}, targets {edge} (the first and last word of every class)",
+           make(len(edge), 3, sizes, targets=edge))
+    yield "one class of 9 words (a plain softmax)", make(5, 3, [9])
+    yield "one word per class, 8 classes", make(4, 3, [1] * 8)
+    yield ("near-certain rows: class sizes [3, 4, 5], hidden of size ~400",
+           make(4, 3, [3, 4, 5], scale=400.0))
+    if check_salt():
+        n = int(torch.randint(2, 7, (1,), generator=g))
+        sz = (torch.randint(1, 6, (n,), generator=g)).tolist()
+        yield f"class sizes {sz}, B = 5", make(5, 3, sz)
+
+
+def _class_wrong_variants(h, cw, ww, sizes, t):
+    """What the usual mistakes return on this input, for the hints."""
+    V = ww.shape[0]
+    ends = torch.tensor(np.cumsum(sizes).tolist())
+    starts = ends - torch.tensor(sizes)
+    cls = torch.bucketize(t, ends, right=True)
+    log_pc = torch.log_softmax(h @ cw.T, -1).gather(1, cls[:, None]).squeeze(1)
+    logits = h @ ww.T
+    own = logits.gather(1, t[:, None]).squeeze(1)
+    mask = (torch.arange(V)[None] >= starts[cls][:, None]) & (torch.arange(V)[None] <
+                                                             ends[cls][:, None])
+    log_pw = own - torch.logsumexp(logits.masked_fill(~mask, -math.inf), 1)
+    # the last word of each class put in the next class (bucketize without right=True)
+    early = torch.bucketize(t, ends).clamp(max=len(sizes) - 1)
+    off = []
+    for b, c in enumerate(early.tolist()):
+        lw = torch.log_softmax(ww[int(starts[c]):int(ends[c])] @ h[b], 0)
+        j = min(int(t[b] - starts[c]), lw.numel() - 1)
+        off.append(torch.log_softmax(cw @ h[b], 0)[c] + lw[j])
+    return {
+        "boundary": torch.stack(off) if off else log_pw,
+        "class": log_pw,
+        "word": log_pc,
+        "all": log_pc + own - torch.logsumexp(logits, 1),
+        "prob": (log_pc + log_pw).exp(),
+    }
+
+
+@exercise("nce-class-softmax", "the class-factored softmax")
+def _check_class_softmax(class_log_prob):
+    n_cases = 0
+    for desc, (h, cw, ww, sizes, t) in _class_cases():
+        want = _nce.class_softmax_log_prob(h, cw, ww, sizes, t)
+        args = (h.clone(), cw.clone(), ww.clone(), list(sizes), t.clone())
+        with _package_forbidden():
+            got = call(class_log_prob, *args, input_desc=desc, forbid_reason=_NO_PACKAGE)
+        expect_true(all(torch.equal(a, b) for a, b in zip(args[:3], (h, cw, ww)))
+                    and torch.equal(args[4], t) and args[3] == sizes,
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="work on new tensors (x = x - m, not x -= m).")
+        hint = ("log p(w | h) = log softmax(h W_class)[class of w] + log softmax over the words "
+                "of w's class only of (h . u_v)[w]; the classes are consecutive blocks of word "
+                "ids of the given sizes.")
+        if isinstance(got, torch.Tensor) and got.shape == want.shape:
+            g64 = got.detach().double()
+            wrong = _class_wrong_variants(h, cw, ww, sizes, t)
+            if not torch.isfinite(g64).all() and torch.isfinite(want).all():
+                hint = ("your result is -inf or NaN where the exact one is finite: the log of a "
+                        "softmax underflows for near-certain rows. Use torch.log_softmax or "
+                        "subtract a logsumexp.")
+            elif torch.allclose(g64, wrong["class"], rtol=1e-9, atol=1e-9):
+                hint = ("the class term is missing: p(w | h) = p(class | h) p(w | class, h); "
+                        "add log softmax(h W_class) at w's class.")
+            elif torch.allclose(g64, wrong["word"], rtol=1e-9, atol=1e-9):
+                hint = ("the word term is missing: add the log-probability of w among the words "
+                        "of its class.")
+            elif torch.allclose(g64, wrong["all"], rtol=1e-9, atol=1e-9):
+                hint = ("the word's softmax runs over all V words; it must run over the words "
+                        "of w's class only (that is what makes the model cheap and normalised).")
+            elif torch.allclose(g64, wrong["prob"], rtol=1e-9, atol=1e-9):
+                hint = "return log-probabilities, not probabilities."
+            if (hint.startswith("log p(w | h)") and ("first and last" in desc or torch.allclose(
+                    g64, wrong["boundary"], rtol=1e-9, atol=1e-9))):
+                hint = ("check the class of the words on a class boundary: with sizes "
+                        f"{sizes} word {sizes[0] - 1} is the last of class 0 and word "
+                        f"{sizes[0]} the first of class 1.")
+        expect_close(got, want, input_desc=desc, rtol=1e-9, atol=1e-9,
+                     what="log-probabilities", hint=hint)
+        n_cases += 1
+    return n_cases
