@@ -265,3 +265,19 @@ def test_class_sizes_accept_numpy_integers():
         class_softmax_log_prob(h, cw, ww, np.array(sizes.tolist(), dtype=float), t)
     with pytest.raises(TypeError, match="ints"):
         class_softmax_log_prob(h, cw, ww, [True] * 23, t[:0] * 0)
+
+
+def test_ranking_enumeration_in_blocks_is_exact(monkeypatch):
+    # R6 review: the ranking expectation is built a block of count vectors at a time (memory
+    # bounded); any block size gives the same value and gradient
+    import softmaxbook.nce as nce
+    s, lp, lq = _problem(C=3, V=5, seed=11, zero=True)
+    s.requires_grad_(True)
+    ref = nce_population_loss(s, lp, lq, 4, kind="ranking")
+    (g_ref,) = torch.autograd.grad(ref, s)
+    for block in (1, 7, 45, 10**9):
+        monkeypatch.setattr(nce, "_RANKING_BLOCK", block)
+        got = nce_population_loss(s, lp, lq, 4, kind="ranking")
+        (g,) = torch.autograd.grad(got, s)
+        assert torch.allclose(got, ref, rtol=1e-13, atol=0)
+        assert torch.allclose(g, g_ref, rtol=1e-12, atol=1e-15)

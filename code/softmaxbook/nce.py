@@ -969,6 +969,9 @@ def infonce_exact(joint: torch.Tensor, k: int, critic: torch.Tensor | None = Non
 # ------------------------------------------------------------------------------------------------
 # Binary and ranking NCE for conditional models: exact population losses
 # ------------------------------------------------------------------------------------------------
+_RANKING_BLOCK = 1 << 22      # numbers per block of nce_population_loss's ranking enumeration
+
+
 def _noise_count_vectors(V: int, k: int, log_q: torch.Tensor, func: str):
     """Every count vector of k i.i.d. draws over V words (stars and bars) with its probability."""
     n_counts = math.comb(k + V - 1, V - 1)
@@ -1098,14 +1101,21 @@ def nce_population_loss(scores: torch.Tensor, log_p: torch.Tensor, log_q: torch.
     counts, weight = _noise_count_vectors(V, k, lq, func)                   # [M, V], [M]
     logit = s - lq                                                          # [C, V]
     per_context = torch.zeros(C, dtype=torch.float64)
+    # [C, rows, V] at a time, at most _RANKING_BLOCK numbers: the whole [C, M, V] array would
+    # take gigabytes at the enumeration's limit (C = 50, V = 12: 2.4 GB). This bounds a pass
+    # without gradients; with them autograd keeps every block, V * C * M * V numbers in all
+    rows = max(1, _RANKING_BLOCK // (C * V))
     for w in range(V):
         if not bool((p[:, w] > 0).any()):
             continue
-        # the candidates: the data word w plus the noise counts; log of the copies of each word
-        copies = counts.clone()
-        copies[:, w] += 1.0
-        lse = torch.logsumexp(copies.log()[None] + logit[:, None, :], 2)      # [C, M]
-        per_context = per_context + p[:, w] * (lse @ weight - logit[:, w])
+        expected = torch.zeros(C, dtype=torch.float64)
+        for i in range(0, counts.shape[0], rows):
+            # the candidates: the data word w plus the noise counts; log of each word's copies
+            copies = counts[i:i + rows].clone()
+            copies[:, w] += 1.0
+            lse = torch.logsumexp(copies.log()[None] + logit[:, None, :], 2)  # [C, rows]
+            expected = expected + lse @ weight[i:i + rows]
+        per_context = per_context + p[:, w] * (expected - logit[:, w])
     return pi @ per_context
 
 
