@@ -724,10 +724,12 @@ def alignment_elbo(log_prior: torch.Tensor, loglik: torch.Tensor,
         ``p(s | a) p(y | s, a) = 0``. Empty batch in, empty out.
     """
     log_prior, loglik, log_q = _check_log_weights(log_prior, loglik, log_q, "alignment_elbo")
-    log_w = _log_weights(log_prior, loglik, log_q)
-    q = log_q.exp()
-    # q_s = 0 terms are 0 (0 * -inf would be NaN), and their gradient stays 0
-    return torch.where(q > 0, q * log_w, torch.zeros_like(q)).sum(dim=-1)
+    # q_s = 0 terms are 0: their log-weight is replaced by 0 *before* the product, so that
+    # neither the value nor the gradient meets 0 * -inf (NaN)
+    possible = log_q > -math.inf
+    log_w = torch.where(possible, _log_weights(log_prior, loglik, log_q),
+                        torch.zeros_like(log_q))
+    return (log_q.exp() * log_w).sum(dim=-1)
 
 
 def iw_bound(log_prior: torch.Tensor, loglik: torch.Tensor, log_q: torch.Tensor, k: int, *,
@@ -787,8 +789,10 @@ class IWEnumeration:
     def mean(self) -> torch.Tensor:
         """The exact expected bound ``sum_t prob_t bound_t`` (tuples of probability 0 left
         out)."""
-        return torch.where(self.prob > 0, self.prob * self.bound,
-                           torch.zeros_like(self.prob)).sum(dim=-1)
+        # the bound of an impossible tuple may be -inf: replaced before the product, so that
+        # neither the value nor the gradient meets 0 * -inf
+        bound = torch.where(self.prob > 0, self.bound, torch.zeros_like(self.bound))
+        return (self.prob * bound).sum(dim=-1)
 
 
 def iw_enumerate(log_prior: torch.Tensor, loglik: torch.Tensor, log_q: torch.Tensor, k: int,
