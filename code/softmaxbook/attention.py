@@ -703,7 +703,7 @@ def alignment_elbo(log_prior: torch.Tensor, loglik: torch.Tensor,
     """The evidence lower bound of a posterior ``q(s)`` over locations, exactly.
 
     ``ELBO = sum_s q_s [log p(s | a) + log p(y | s, a) - log q_s] = log p(y | a) -
-    KL(q || p(s | y, a)) <= log p(y | a)`` (Deng et al. 2018, eq. 2; Jordan et al. 1999). With
+    KL(q || p(s | y, a)) <= log p(y | a)`` (Jordan et al. 1999; Deng et al. 2018). With
     ``q = p(s | a)`` it is the Jensen bound of Xu et al. (:func:`jensen_bound`); with ``q`` the
     exact posterior it equals ``log p(y | a)``.
 
@@ -734,7 +734,7 @@ def alignment_elbo(log_prior: torch.Tensor, loglik: torch.Tensor,
 
 def iw_bound(log_prior: torch.Tensor, loglik: torch.Tensor, log_q: torch.Tensor, k: int, *,
              generator=None) -> torch.Tensor:
-    """One draw of the ``k``-sample importance-weighted bound (Burda et al. 2016, eq. 8).
+    """One draw of the ``k``-sample importance-weighted bound (Burda et al. 2016).
 
     Draws ``s_1, ..., s_k ~ q`` independently per row and returns
     ``log (1/k) sum_j p(s_j | a) p(y | s_j, a) / q(s_j)``. Its expectation is
@@ -801,7 +801,7 @@ def iw_enumerate(log_prior: torch.Tensor, loglik: torch.Tensor, log_q: torch.Ten
 
     With a few locations the expectation over ``s_1, ..., s_k ~ q`` is a finite sum, so the
     bound's exact mean (:func:`iw_bound_exact`), its gradient and the exact variance of its
-    gradient estimate can be computed instead of estimated (Burda et al. 2016, eq. 8).
+    gradient estimate can be computed instead of estimated (Burda et al. 2016).
 
     Parameters
     ----------
@@ -961,7 +961,7 @@ def train_variational(train: GlimpseTask, test: GlimpseTask, *, steps: int = 600
                       eval_every: int = 50, generator=None, model: GlimpseNet | None = None,
                       posterior: AlignmentPosterior | None = None, on_eval=None):
     """Variational attention: train a :class:`GlimpseNet` and an :class:`AlignmentPosterior`
-    jointly against the ELBO (Deng et al. 2018, §3); returns ``(model, posterior, history)``.
+    jointly against the ELBO (Deng et al. 2018); returns ``(model, posterior, history)``.
 
     Per step and example one location ``s ~ q(s | a, y)`` is drawn, and Adam ascends
 
