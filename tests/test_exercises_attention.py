@@ -3,6 +3,8 @@ plausible wrong ones with a message that names the input."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -12,7 +14,8 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 def test_registered():
     assert registered("attention") == ["attention-baseline", "attention-biased-baseline",
-                                       "attention-marginal", "attention-score-term"]
+                                       "attention-iw-bound", "attention-marginal",
+                                       "attention-score-term"]
 
 
 def stub(*args):
@@ -451,3 +454,114 @@ def zeroes_the_scores(scores, loglik):
 def test_biased_baseline_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("attention-biased-baseline", answer)
+
+
+# --- attention-iw-bound ------------------------------------------------------------------------
+def iw_sample_bound(log_prior, loglik, log_q, locations):
+    log_w = (log_prior + loglik - log_q).gather(-1, locations)
+    return torch.logsumexp(log_w, dim=-1) - math.log(locations.shape[-1])
+
+
+def iw_by_hand(log_prior, loglik, log_q, locations):
+    # gathered term by term, shifted by each row's own maximum
+    log_w = (log_prior.gather(-1, locations) + loglik.gather(-1, locations)
+             - log_q.gather(-1, locations))
+    m = log_w.max(dim=-1, keepdim=True).values
+    return (m + (log_w - m).exp().mean(-1, keepdim=True).log()).squeeze(-1)
+
+
+def iw_loop(log_prior, loglik, log_q, locations):
+    # one example at a time, with logaddexp over the draws
+    out = []
+    for lp, ll, lq, locs in zip(log_prior, loglik, log_q, locations):
+        acc = torch.tensor(-math.inf, dtype=torch.float64)
+        for s in locs:
+            acc = torch.logaddexp(acc, lp[s] + ll[s] - lq[s])
+        out.append(acc - math.log(len(locs)))
+    return torch.stack(out)
+
+
+def _log_w(log_prior, loglik, log_q, locations):
+    return (log_prior + loglik - log_q).gather(-1, locations)
+
+
+def iw_unique(log_prior, loglik, log_q, locations):
+    # each location drawn counted once
+    drawn = torch.nn.functional.one_hot(locations, log_q.shape[-1]).amax(1).bool()
+    log_w = torch.where(drawn, log_prior + loglik - log_q, -torch.inf)
+    return torch.logsumexp(log_w, dim=-1) - math.log(locations.shape[-1])
+
+
+def iw_global_max(log_prior, loglik, log_q, locations):
+    log_w = _log_w(log_prior, loglik, log_q, locations)
+    m = log_w.max()
+    return m + (log_w - m).exp().mean(-1).log()
+
+
+def iw_in_place(log_prior, loglik, log_q, locations):
+    log_prior += loglik
+    log_prior -= log_q
+    return torch.logsumexp(log_prior.gather(-1, locations), -1) - math.log(locations.shape[-1])
+
+
+def iw_uses_library(log_prior, loglik, log_q, locations):
+    attention.iw_bound(log_prior, loglik, log_q, 1)
+    return iw_sample_bound(log_prior, loglik, log_q, locations)
+
+
+def _iw_shifted_by(shift):
+    def answer(log_prior, loglik, log_q, locations):
+        log_w = _log_w(log_prior, loglik, log_q, locations)
+        m = shift(log_w)
+        return (m + (log_w - m).exp().mean(-1, keepdim=True).log()).squeeze(-1)
+    return answer
+
+
+@pytest.mark.parametrize("answer", [iw_sample_bound, iw_by_hand, iw_loop])
+def test_iw_bound_accepts_right_answers(answer, capsys):
+    assert check("attention-iw-bound", answer)
+    assert "correct on 8 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the mean of the log-weights: the one-draw ELBO estimate, averaged
+    (lambda lp, ll, lq, s: _log_w(lp, ll, lq, s).mean(-1), r"(?s)locations \[\[0, 2\]\].*ELBO"),
+    # log of the sum, without 1/K
+    (lambda lp, ll, lq, s: torch.logsumexp(_log_w(lp, ll, lq, s), -1),
+     r"locations \[\[0, 2\]\]"),
+    # 1/L instead of 1/K
+    (lambda lp, ll, lq, s: torch.logsumexp(_log_w(lp, ll, lq, s), -1) - math.log(lq.shape[-1]),
+     r"locations \[\[0, 2\]\]"),
+    # the naive log of a mean: underflows
+    (lambda lp, ll, lq, s: _log_w(lp, ll, lq, s).exp().mean(-1).log(),
+     r"(?s)every weight underflows.*not finite"),
+    # q forgotten, or multiplying instead of dividing
+    (lambda lp, ll, lq, s: torch.logsumexp((lp + ll).gather(-1, s), -1) - math.log(s.shape[-1]),
+     r"locations \[\[0, 2\]\]"),
+    (lambda lp, ll, lq, s: torch.logsumexp((lp + ll + lq).gather(-1, s), -1)
+     - math.log(s.shape[-1]), r"locations \[\[0, 2\]\]"),
+    # the exact marginal over all locations, ignoring the draws
+    (lambda lp, ll, lq, s: torch.logsumexp(lp + ll, -1), r"locations \[\[0, 2\]\]"),
+    # the largest weight instead of their mean
+    (lambda lp, ll, lq, s: _log_w(lp, ll, lq, s).max(-1).values, r"locations \[\[0, 2\]\]"),
+    # a location drawn twice counted once
+    (iw_unique, r"location 1 drawn twice"),
+    # one shift for the whole batch
+    (iw_global_max, r"(?s)rows on different scales.*not finite"),
+    # shifted by the smallest or the mean log-weight: overflows
+    (_iw_shifted_by(lambda x: x.min(-1, keepdim=True).values),
+     r"(?s)one location explains the label.*not finite"),
+    (_iw_shifted_by(lambda x: x.mean(-1, keepdim=True)),
+     r"(?s)one location explains the label.*not finite"),
+    # the wrong axis
+    (lambda lp, ll, lq, s: torch.logsumexp(_log_w(lp, ll, lq, s), 0) - math.log(s.shape[-1]),
+     "shape"),
+    (lambda lp, ll, lq, s: iw_sample_bound(lp.float(), ll.float(), lq.float(), s),
+     "torch.float32"),
+    (iw_in_place, "changed its inputs in place"),
+    (iw_uses_library, "calls softmaxbook.attention.iw_bound"),
+    (stub, "NotImplementedError"),
+])
+def test_iw_bound_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("attention-iw-bound", answer)

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ._validate import as_float_tensor, check_generator, check_int, check_no_nan, check_positive_number
+from ._validate import (as_float_tensor, check_finite, check_generator, check_int, check_no_nan,
+                        check_positive_number)
 from .gumbel import gumbel_max, gumbel_softmax
 
 __all__ = [
@@ -54,6 +55,18 @@ __all__ = [
     "train_glimpse",
     "TrainHistory",
     "evaluate",
+    "AlignmentPosterior",
+    "alignment_elbo",
+    "iw_bound",
+    "iw_bound_exact",
+    "iw_enumerate",
+    "IWEnumeration",
+    "location_jacobians",
+    "enumerated_variance",
+    "train_variational",
+    "VariationalHistory",
+    "train_glimpse_runs",
+    "RunsHistory",
 ]
 
 #: The training methods of :func:`surrogate_loss` and :func:`train_glimpse`.
@@ -584,3 +597,592 @@ def train_glimpse(method: str, train: GlimpseTask, test: GlimpseTask, *, steps: 
         opt.step()
         baseline = baseline_decay * baseline + (1 - baseline_decay) * float(reward.mean())
     return model, history
+
+
+# ---------------------------------------------------------------------------------------------
+# Variational attention: a posterior q(s | a, y), its ELBO and the importance-weighted bound
+# ---------------------------------------------------------------------------------------------
+
+class AlignmentPosterior(nn.Module):
+    """An amortised posterior ``q(s | a, y)`` over the ``L`` locations (Deng et al. 2018).
+
+    A small MLP reads each patch ``a_i`` and gives one score per class; the score of the label
+    ``y`` is the location's score, and ``q = softmax`` over the locations. Unlike the attention
+    ``p(s | a)`` of :class:`GlimpseNet`, ``q`` sees the label, so it can point at the patch that
+    explains it: it is an inference network, used in training only (prediction has no ``y``).
+    Parameters are initialised from torch's global generator.
+    """
+
+    def __init__(self, dim: int = 64, hidden: int = 32, n_classes: int = 10):
+        super().__init__()
+        dim = check_int(dim, "dim", "AlignmentPosterior", minimum=1)
+        hidden = check_int(hidden, "hidden", "AlignmentPosterior", minimum=1)
+        n_classes = check_int(n_classes, "n_classes", "AlignmentPosterior", minimum=2)
+        self.net = nn.Sequential(nn.Linear(dim, hidden), nn.Tanh(), nn.Linear(hidden, n_classes))
+
+    def log_probs(self, annotations: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """``log q(s | a, y)`` for every location: ``[n, L]`` (annotations ``[n, L, D]``,
+        labels ``[n]``, int64)."""
+        func = "AlignmentPosterior.log_probs"
+        annotations = as_float_tensor(annotations, "annotations", func)
+        if annotations.dim() != 3:
+            raise ValueError(f"{func}: argument 'annotations' must have shape [n, L, D], got "
+                             f"{tuple(annotations.shape)}")
+        weight = self.net[0].weight
+        if annotations.shape[-1] != weight.shape[1]:
+            raise ValueError(f"{func}: argument 'annotations' has D = {annotations.shape[-1]} "
+                             f"features per location, but the posterior reads {weight.shape[1]}")
+        if not isinstance(labels, torch.Tensor) or labels.dtype != torch.int64:
+            raise TypeError(f"{func}: argument 'labels' must be an int64 tensor")
+        if labels.shape != annotations.shape[:1]:
+            raise ValueError(f"{func}: argument 'labels' must have shape "
+                             f"[{annotations.shape[0]}], got {tuple(labels.shape)}")
+        k = self.net[-1].out_features
+        if bool(((labels < 0) | (labels >= k)).any()):
+            raise ValueError(f"{func}: argument 'labels' must be in [0, {k - 1}]")
+        out = self.net(annotations.to(weight.dtype))  # [n, L, K]
+        e = out.gather(-1, labels[:, None, None].expand(-1, out.shape[1], 1)).squeeze(-1)
+        return torch.log_softmax(e, dim=-1)
+
+
+def _check_log_weights(log_prior, loglik, log_q, func: str):
+    """Validate the three ``[..., L]`` inputs of the bounds; return them in a common dtype.
+
+    ``log_prior`` and ``log_q`` are normalised log-probabilities over the last axis (``-inf``
+    = probability 0, at least one location possible); ``loglik`` is ``log p(y | s, a)``
+    (``-inf`` allowed: the location cannot explain the label)."""
+    tensors = {}
+    for name, x in (("log_prior", log_prior), ("loglik", loglik), ("log_q", log_q)):
+        x = as_float_tensor(x, name, func, allow_empty=True)
+        check_no_nan(x, name, func)
+        if bool((x == math.inf).any()):
+            raise ValueError(f"{func}: argument '{name}' contains +inf")
+        tensors[name] = x
+    shape = tensors["log_prior"].shape
+    for name in ("loglik", "log_q"):
+        if tensors[name].shape != shape:
+            raise ValueError(f"{func}: argument '{name}' must have the shape of 'log_prior', "
+                             f"{tuple(shape)} (one value per location), got "
+                             f"{tuple(tensors[name].shape)}")
+    if len(shape) == 0 or shape[-1] == 0:
+        raise ValueError(f"{func}: argument 'log_prior' has shape {tuple(shape)}: it needs a "
+                         "last axis of at least one location")
+    dtype = torch.promote_types(torch.promote_types(tensors["log_prior"].dtype,
+                                                    tensors["loglik"].dtype),
+                                tensors["log_q"].dtype)
+    for name in ("log_prior", "log_q"):
+        x = tensors[name]
+        if x.numel() == 0:
+            continue
+        if bool((x == -math.inf).all(dim=-1).any()):
+            raise ValueError(f"{func}: argument '{name}' has a row that is all -inf (no "
+                             "location possible)")
+        # normalised to the precision of the dtype (a log_softmax in float16 is off by ~L eps)
+        tol = max(1e-6, 64 * torch.finfo(x.dtype).eps)
+        total = torch.logsumexp(x.detach().double(), dim=-1)
+        if bool((total.abs() > tol).any()):
+            worst = float(total.abs().max())
+            raise ValueError(f"{func}: argument '{name}' must be normalised log-probabilities "
+                             f"(logsumexp over the last axis 0), but a row is off by {worst:.3g}"
+                             f"; use torch.log_softmax")
+    return (tensors["log_prior"].to(dtype), tensors["loglik"].to(dtype),
+            tensors["log_q"].to(dtype))
+
+
+def _log_weights(log_prior, loglik, log_q):
+    """``log w_s = log p(s | a) + log p(y | s, a) - log q(s)``, set to -inf where ``q_s = 0``
+    (such a location is never drawn, and ``log 0 - log 0`` would be NaN)."""
+    possible = log_q > -math.inf
+    safe_q = torch.where(possible, log_q, torch.zeros_like(log_q))
+    return torch.where(possible, log_prior + loglik - safe_q,
+                       torch.full_like(log_q, -math.inf))
+
+
+def alignment_elbo(log_prior: torch.Tensor, loglik: torch.Tensor,
+                   log_q: torch.Tensor) -> torch.Tensor:
+    """The evidence lower bound of a posterior ``q(s)`` over locations, exactly.
+
+    ``ELBO = sum_s q_s [log p(s | a) + log p(y | s, a) - log q_s] = log p(y | a) -
+    KL(q || p(s | y, a)) <= log p(y | a)`` (Jordan et al. 1999; Deng et al. 2018). With
+    ``q = p(s | a)`` it is the Jensen bound of Xu et al. (:func:`jensen_bound`); with ``q`` the
+    exact posterior it equals ``log p(y | a)``.
+
+    Parameters
+    ----------
+    log_prior : Tensor ``[..., L]``
+        ``log p(s | a)``, normalised over the last axis; ``-inf`` = never attended.
+    loglik : Tensor ``[..., L]``
+        ``log p(y | s, a)``; ``-inf`` allowed.
+    log_q : Tensor ``[..., L]``
+        ``log q(s)``, normalised; a location with ``q_s = 0`` contributes nothing
+        (``0 log 0 = 0``).
+
+    Returns
+    -------
+    Tensor ``[...]``
+        Differentiable in all three inputs; ``-inf`` where ``q`` puts mass on a location with
+        ``p(s | a) p(y | s, a) = 0``. Empty batch in, empty out.
+    """
+    log_prior, loglik, log_q = _check_log_weights(log_prior, loglik, log_q, "alignment_elbo")
+    # q_s = 0 terms are 0: their log-weight is replaced by 0 *before* the product, so that
+    # neither the value nor the gradient meets 0 * -inf (NaN)
+    possible = log_q > -math.inf
+    log_w = torch.where(possible, _log_weights(log_prior, loglik, log_q),
+                        torch.zeros_like(log_q))
+    return (log_q.exp() * log_w).sum(dim=-1)
+
+
+def iw_bound(log_prior: torch.Tensor, loglik: torch.Tensor, log_q: torch.Tensor, k: int, *,
+             generator=None) -> torch.Tensor:
+    """One draw of the ``k``-sample importance-weighted bound (Burda et al. 2016).
+
+    Draws ``s_1, ..., s_k ~ q`` independently per row and returns
+    ``log (1/k) sum_j p(s_j | a) p(y | s_j, a) / q(s_j)``. Its expectation is
+    :func:`iw_bound_exact`: a lower bound on ``log p(y | a)`` that rises with ``k`` to it
+    (Burda et al. 2016, Theorem 1); ``k = 1`` gives the ELBO in expectation.
+
+    The locations are drawn without gradient, so the gradient with respect to ``log_prior`` and
+    ``loglik`` (the model) is the pathwise estimate ``sum_j w~_j grad log w_j`` with the
+    normalised weights ``w~``; with respect to ``log_q`` it lacks the score-function term that
+    ``q``'s own parameters need (Mnih & Rezende 2016).
+
+    Parameters
+    ----------
+    log_prior, loglik, log_q : Tensor ``[..., L]``
+        As in :func:`alignment_elbo`.
+    k : int >= 1
+        The number of samples.
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    Tensor ``[...]``
+    """
+    func = "iw_bound"
+    log_prior, loglik, log_q = _check_log_weights(log_prior, loglik, log_q, func)
+    k = check_int(k, "k", func, minimum=1)
+    check_generator(generator, log_q.device, func)
+    batch = log_q.shape[:-1]
+    if log_q.numel() == 0:
+        return log_q.new_empty(batch)
+    drawn = gumbel_max(log_q.detach().unsqueeze(-2).expand(*batch, k, log_q.shape[-1]),
+                       generator=generator)  # [..., k]
+    log_w = _log_weights(log_prior, loglik, log_q).gather(-1, drawn)
+    # the log of a mean of weights that may all underflow: log-sum-exp, then - log k
+    return torch.logsumexp(log_w, dim=-1) - math.log(k)
+
+
+@dataclass(frozen=True)
+class IWEnumeration:
+    """Every ``k``-tuple of locations of :func:`iw_enumerate`, one row per tuple ``t``.
+
+    ``prob [..., T]``: its probability ``prod_j q(s_j)``; ``bound [..., T]``: the bound's value
+    there; ``weights [..., T, L]``: the normalised importance weights ``w~_j`` summed per
+    location, so that the pathwise gradient at tuple ``t`` is ``sum_s weights[t, s]
+    grad log w_s``; ``tuples [T, k]``: the locations."""
+
+    prob: torch.Tensor
+    bound: torch.Tensor
+    weights: torch.Tensor
+    tuples: torch.Tensor
+
+    def mean(self) -> torch.Tensor:
+        """The exact expected bound ``sum_t prob_t bound_t`` (tuples of probability 0 left
+        out)."""
+        # the bound of an impossible tuple may be -inf: replaced before the product, so that
+        # neither the value nor the gradient meets 0 * -inf
+        bound = torch.where(self.prob > 0, self.bound, torch.zeros_like(self.bound))
+        return (self.prob * bound).sum(dim=-1)
+
+
+def iw_enumerate(log_prior: torch.Tensor, loglik: torch.Tensor, log_q: torch.Tensor, k: int,
+                 *, max_tuples: int = 100_000) -> IWEnumeration:
+    """The ``k``-sample importance-weighted bound at every one of the ``L^k`` tuples of draws.
+
+    With a few locations the expectation over ``s_1, ..., s_k ~ q`` is a finite sum, so the
+    bound's exact mean (:func:`iw_bound_exact`), its gradient and the exact variance of its
+    gradient estimate can be computed instead of estimated (Burda et al. 2016).
+
+    Parameters
+    ----------
+    log_prior, loglik, log_q : Tensor ``[..., L]``
+        As in :func:`alignment_elbo`.
+    k : int >= 1
+    max_tuples : int
+        Refuse ``L^k`` above this (the memory is ``L^k * (k + L)`` numbers per row).
+
+    Returns
+    -------
+    IWEnumeration
+    """
+    func = "iw_enumerate"
+    log_prior, loglik, log_q = _check_log_weights(log_prior, loglik, log_q, func)
+    k = check_int(k, "k", func, minimum=1)
+    max_tuples = check_int(max_tuples, "max_tuples", func, minimum=1)
+    return _iw_tuples(log_prior, loglik, log_q, k, max_tuples, func, with_weights=True)
+
+
+def _iw_tuples(log_prior, loglik, log_q, k, max_tuples, func, *, with_weights):
+    n_loc = log_q.shape[-1]
+    if n_loc ** k > max_tuples:
+        raise ValueError(f"{func}: argument 'k' = {k} gives L^k = {n_loc}^{k} = {n_loc ** k} "
+                         f"tuples, more than max_tuples = {max_tuples}")
+    grids = torch.meshgrid(*[torch.arange(n_loc, device=log_q.device)] * k, indexing="ij")
+    tuples = torch.stack([g.reshape(-1) for g in grids], dim=-1)  # [T, k], lexicographic
+    log_w = _log_weights(log_prior, loglik, log_q)
+    lw = log_w[..., tuples]  # [..., T, k]
+    prob = log_q[..., tuples].sum(dim=-1).exp()
+    bound = torch.logsumexp(lw, dim=-1) - math.log(k)
+    if not with_weights:
+        return IWEnumeration(prob, bound, None, tuples)
+    # normalised weights; a tuple whose weights are all 0 (-inf) gets 0, not 0/0
+    finite = bound > -math.inf
+    shift = torch.where(finite, bound + math.log(k), torch.zeros_like(bound))
+    w_norm = torch.where(finite[..., None], (lw - shift[..., None]).exp(), torch.zeros_like(lw))
+    weights = lw.new_zeros(*lw.shape[:-1], n_loc)  # [..., T, L]
+    weights = weights.scatter_add(-1, tuples.expand(*lw.shape), w_norm)
+    return IWEnumeration(prob, bound, weights, tuples)
+
+
+def iw_bound_exact(log_prior: torch.Tensor, loglik: torch.Tensor, log_q: torch.Tensor,
+                   k: int) -> torch.Tensor:
+    """The exact expectation of the ``k``-sample importance-weighted bound, ``[...]``.
+
+    ``E_{s_1..k ~ q} log (1/k) sum_j w_{s_j}`` summed over all ``L^k`` tuples
+    (:func:`iw_enumerate`). ``k = 1`` is :func:`alignment_elbo`; it never decreases with ``k``
+    and never exceeds ``log p(y | a)`` (Burda et al. 2016, Theorem 1). Differentiable in all
+    three inputs (through the tuples' probabilities too).
+    """
+    func = "iw_bound_exact"
+    log_prior, loglik, log_q = _check_log_weights(log_prior, loglik, log_q, func)
+    k = check_int(k, "k", func, minimum=1)
+    return _iw_tuples(log_prior, loglik, log_q, k, 100_000, func, with_weights=False).mean()
+
+
+def location_jacobians(model: GlimpseNet, annotations: torch.Tensor, labels: torch.Tensor):
+    """Per example and location, the gradients of ``log p(s | a)`` and ``log p(y | s, a)`` with
+    respect to all of the model's parameters.
+
+    Every estimator of this chapter's gradients, at one draw, is a combination of these
+    ``2L`` vectors per example (REINFORCE: ``(r - b) grad log alpha_s + grad log p(y | s, a)``;
+    the importance-weighted bound: ``sum_s w~_s (grad log alpha_s + grad log p(y | s, a))``), so
+    with them the exact mean and variance of an estimator follow from a finite sum
+    (:func:`enumerated_variance`).
+
+    Returns
+    -------
+    (jac_log_prior, jac_loglik) : two Tensors ``[n, L, P]``
+        ``P`` = the number of the model's parameters, flattened in the order of
+        ``model.parameters()`` (the scorer's first).
+    """
+    func = "location_jacobians"
+    _check_batch(model, annotations, labels, func)
+    names = [name for name, _ in model.named_parameters()]
+    params = {name: p.detach() for name, p in model.named_parameters()}
+
+    def sub(p, prefix):
+        return {key[len(prefix):]: value for key, value in p.items() if key.startswith(prefix)}
+
+    def rows(p, a, y):
+        # one example: a [L, D], y [] -> [2L] (log alpha_s, then log p(y | s, a))
+        e = torch.func.functional_call(model.scorer, sub(p, "scorer."), (a,)).squeeze(-1)
+        logits = torch.func.functional_call(model.classifier, sub(p, "classifier."), (a,))
+        ll = torch.log_softmax(logits, dim=-1).index_select(-1, y.reshape(1)).squeeze(-1)
+        return torch.cat([torch.log_softmax(e, dim=-1), ll])
+
+    jac = torch.func.vmap(torch.func.jacrev(rows), in_dims=(None, 0, 0))(
+        params, annotations, labels)
+    flat = torch.cat([jac[name].reshape(*jac[name].shape[:2], -1) for name in names], dim=-1)
+    n_loc = annotations.shape[1]
+    return flat[:, :n_loc], flat[:, n_loc:]
+
+
+def enumerated_variance(prob: torch.Tensor, coeff: torch.Tensor,
+                        gram: torch.Tensor) -> torch.Tensor:
+    """The exact summed variance of a batch-mean estimator with finitely many outcomes.
+
+    For each of ``n`` examples an outcome ``t`` is drawn with probability ``prob[i, t]``
+    (independently across examples) and the example's estimate is ``g_i(t) = coeff[i, t] @
+    basis[i]`` for vectors ``basis[i]`` ``[B, P]`` (e.g. those of :func:`location_jacobians`);
+    the estimator is the mean over the examples. With ``m_i = sum_t prob[i, t] coeff[i, t]``
+    and the Gram matrices ``gram[i] = basis[i] @ basis[i]^T``, its variance summed over the
+    ``P`` coordinates is::
+
+        (1/n^2) sum_i [sum_t prob[i, t] coeff[i, t]^T gram[i] coeff[i, t] - m_i^T gram[i] m_i]
+
+    (the variance of a mean of independent terms; ``E|g|^2 - |E g|^2`` per example). Only the
+    ``B x B`` Gram matrices are needed, never the ``T x P`` estimates themselves.
+
+    Parameters
+    ----------
+    prob : Tensor ``[n, T]``
+        Each row sums to 1.
+    coeff : Tensor ``[n, T, B]``
+    gram : Tensor ``[n, B, B]``
+        Symmetric positive semi-definite.
+
+    Returns
+    -------
+    Tensor, 0-dim
+        Clamped at 0 (rounding can make a zero variance slightly negative).
+    """
+    func = "enumerated_variance"
+    prob = as_float_tensor(prob, "prob", func)
+    coeff = as_float_tensor(coeff, "coeff", func)
+    gram = as_float_tensor(gram, "gram", func)
+    for name, x in (("prob", prob), ("coeff", coeff), ("gram", gram)):
+        check_finite(x, name, func)
+    if prob.dim() != 2 or coeff.dim() != 3 or gram.dim() != 3 \
+            or coeff.shape[:2] != prob.shape \
+            or gram.shape != (prob.shape[0], coeff.shape[2], coeff.shape[2]):
+        raise ValueError(f"{func}: arguments 'prob', 'coeff', 'gram' must have shapes "
+                         f"[n, T], [n, T, B], [n, B, B] with the same n, T, B, got "
+                         f"{tuple(prob.shape)}, {tuple(coeff.shape)}, {tuple(gram.shape)}")
+    if bool((prob < 0).any()):
+        raise ValueError(f"{func}: argument 'prob' has a negative entry")
+    tol = max(1e-6, 64 * torch.finfo(prob.dtype).eps)
+    if bool(((prob.sum(dim=-1) - 1).abs() > tol).any()):
+        raise ValueError(f"{func}: argument 'prob' must have rows that sum to 1")
+    n = prob.shape[0]
+    m = (prob.unsqueeze(-1) * coeff).sum(dim=1)  # [n, B]
+    second = (prob * torch.einsum("itb,ibc,itc->it", coeff, gram, coeff)).sum(dim=-1)
+    first = torch.einsum("ib,ibc,ic->i", m, gram, m)
+    return ((second - first).sum() / n ** 2).clamp(min=0)
+@dataclass
+class VariationalHistory(TrainHistory):
+    """:class:`TrainHistory` plus the mean gap of the posterior's ELBO on the test set,
+    ``log p(y | a) - ELBO = KL(q || p(s | y, a))``."""
+
+    elbo_gap: list = field(default_factory=list)
+
+
+def train_variational(train: GlimpseTask, test: GlimpseTask, *, steps: int = 600,
+                      batch_size: int = 64, lr: float = 3e-3, baseline_decay: float = 0.9,
+                      eval_every: int = 50, generator=None, model: GlimpseNet | None = None,
+                      posterior: AlignmentPosterior | None = None, on_eval=None):
+    """Variational attention: train a :class:`GlimpseNet` and an :class:`AlignmentPosterior`
+    jointly against the ELBO (Deng et al. 2018); returns ``(model, posterior, history)``.
+
+    Per step and example one location ``s ~ q(s | a, y)`` is drawn, and Adam ascends
+
+    ``log p(y | s, a) - KL(q || p(s | a)) + (r - b) log q(s | a, y)``
+
+    with ``r = log p(y | s, a)`` held constant: the first term gives the classifier a pathwise
+    estimate of ``grad E_q log p(y | s, a)`` (no score-function term: ``s`` is drawn from ``q``,
+    which the model's parameters do not move); the categorical KL is summed exactly over the
+    ``L`` locations (the attention network's gradient is exact); the last term is the
+    score-function estimate for ``q``'s parameters, with the moving-average baseline ``b`` of
+    :func:`train_glimpse` (after each step ``b <- decay b + (1 - decay) mean r``). Its
+    expectation is the gradient of :func:`alignment_elbo` in both networks.
+
+    The model (its attention ``p(s | a)``, not ``q``) makes the predictions and is evaluated as
+    in :func:`train_glimpse`; ``on_eval(step, model, posterior, baseline)`` is called at every
+    evaluation.
+    """
+    func = "train_variational"
+    for name, task in (("train", train), ("test", test)):
+        if not isinstance(task, GlimpseTask):
+            raise TypeError(f"{func}: argument '{name}' must be a GlimpseTask, got "
+                            f"{type(task).__name__}")
+    steps = check_int(steps, "steps", func, minimum=1)
+    batch_size = check_int(batch_size, "batch_size", func, minimum=1)
+    eval_every = check_int(eval_every, "eval_every", func, minimum=1)
+    lr = check_positive_number(lr, "lr", func)
+    if not 0.0 <= baseline_decay < 1.0:
+        raise ValueError(f"{func}: argument 'baseline_decay' must be in [0, 1), got "
+                         f"{baseline_decay}")
+    check_generator(generator, "cpu", func)
+    if on_eval is not None and not callable(on_eval):
+        raise TypeError(f"{func}: argument 'on_eval' must be callable, got "
+                        f"{type(on_eval).__name__}")
+    dim = train.annotations.shape[-1]
+    if model is None:
+        model = GlimpseNet(dim).to(train.annotations.dtype)
+    if posterior is None:
+        posterior = AlignmentPosterior(dim).to(train.annotations.dtype)
+    if not isinstance(posterior, AlignmentPosterior):
+        raise TypeError(f"{func}: argument 'posterior' must be an AlignmentPosterior, got "
+                        f"{type(posterior).__name__}")
+    opt = torch.optim.Adam(list(model.parameters()) + list(posterior.parameters()), lr=lr)
+    history = VariationalHistory()
+    baseline = 0.0
+    n = len(train)
+    for step in range(steps + 1):
+        if step % eval_every == 0 or step == steps:
+            stats = evaluate(model, test)
+            history.steps.append(step)
+            for key, value in stats.items():
+                getattr(history, key).append(value)
+            with torch.no_grad():
+                a, y = test.annotations, test.labels
+                log_prior = torch.log_softmax(model.scores(a), dim=-1)
+                elbo = alignment_elbo(log_prior, per_location_log_lik(model, a, y),
+                                      posterior.log_probs(a, y))
+                history.elbo_gap.append(stats["marginal_log_lik"]
+                                        - float(elbo.double().mean()))
+            if on_eval is not None:
+                on_eval(step, model, posterior, baseline)
+        if step == steps:
+            break
+        idx = torch.randint(n, (min(batch_size, n),), generator=generator)
+        a, y = train.annotations[idx], train.labels[idx]
+        log_prior = torch.log_softmax(model.scores(a), dim=-1)
+        log_q = posterior.log_probs(a, y)
+        s = gumbel_max(log_q.detach(), generator=generator)
+        context = a[torch.arange(a.shape[0]), s]
+        ll = model.log_probs(context).gather(-1, y[:, None]).squeeze(-1)
+        reward = ll.detach()
+        q = log_q.exp()
+        kl = (q * (log_q - log_prior)).sum(dim=-1)
+        log_q_s = log_q.gather(-1, s[:, None]).squeeze(-1)
+        objective = ll - kl + (reward - baseline) * log_q_s
+        opt.zero_grad()
+        (-objective.mean()).backward()
+        opt.step()
+        baseline = baseline_decay * baseline + (1 - baseline_decay) * float(reward.mean())
+    return model, posterior, history
+
+
+# ---------------------------------------------------------------------------------------------
+# Many independent REINFORCE runs at once
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class RunsHistory:
+    """What :func:`train_glimpse_runs` records: ``steps`` (list), and per evaluation and run
+    ``accuracy``, ``attention_on_target`` (as in :func:`evaluate`) and ``entropy`` (the
+    attention's mean entropy in nats), Tensors ``[n_evals, runs]``; ``reward``
+    (``[steps, runs]``: each step's mean reward on its minibatch)."""
+
+    steps: list
+    accuracy: torch.Tensor
+    attention_on_target: torch.Tensor
+    entropy: torch.Tensor
+    reward: torch.Tensor
+
+
+def _stack_models(models):
+    """The parameters of ``R`` GlimpseNets as leaf tensors with a leading ``R`` axis, weights
+    transposed to ``[R, in, out]`` and biases ``[R, 1, out]`` for batched matrix products."""
+    out = []
+    for net in ("scorer", "classifier"):
+        for layer in (0, 2):
+            lin = [getattr(m, net)[layer] for m in models]
+            out.append(torch.stack([l.weight.detach().T for l in lin]).clone().requires_grad_())
+            out.append(torch.stack([l.bias.detach()[None] for l in lin]).clone()
+                       .requires_grad_())
+    return out
+
+
+def _runs_scores(params, x):
+    """Attention scores ``[R, m]`` of ``x`` ``[R, m, D]`` under ``R`` stacked scorers."""
+    w1, b1, w2, b2 = params[:4]
+    return (torch.tanh(torch.baddbmm(b1, x, w1)) @ w2 + b2).squeeze(-1)
+
+
+def _runs_log_probs(params, x):
+    """Class log-probabilities ``[R, m, K]`` of ``x`` ``[R, m, D]`` under ``R`` classifiers."""
+    v1, c1, v2, c2 = params[4:]
+    return torch.log_softmax(torch.relu(torch.baddbmm(c1, x, v1)) @ v2 + c2, dim=-1)
+
+
+def train_glimpse_runs(method: str, train: GlimpseTask, test: GlimpseTask, models, *,
+                       steps: int = 150, batch_size: int = 64, lr: float = 3e-3,
+                       baseline_decay: float = 0.9, eval_every: int = 25, generator=None):
+    """Train ``R = len(models)`` GlimpseNets independently with REINFORCE, all at once.
+
+    The same algorithm as :func:`train_glimpse` with ``method`` ``"reinforce"`` (no baseline) or
+    ``"reinforce-baseline"`` (the moving-average baseline, one per run), run for ``R`` models in
+    batched matrix products: each run draws its own minibatches and locations from
+    ``generator`` and has its own Adam state (Adam acts element by element, so one Adam over the
+    stacked parameters is ``R`` independent ones). It is meant for measuring how often
+    something happens across runs; the models given are not changed.
+
+    Parameters
+    ----------
+    method : ``"reinforce"`` | ``"reinforce-baseline"``
+    train, test : GlimpseTask
+    models : sequence of GlimpseNet
+        The initial weights of each run (same sizes, float32 or float64 like ``train``).
+    steps, batch_size, lr, baseline_decay, eval_every, generator
+        As in :func:`train_glimpse`.
+
+    Returns
+    -------
+    RunsHistory
+    """
+    func = "train_glimpse_runs"
+    if method not in ("reinforce", "reinforce-baseline"):
+        raise ValueError(f"{func}: argument 'method' must be 'reinforce' or "
+                         f"'reinforce-baseline', got {method!r}")
+    for name, task in (("train", train), ("test", test)):
+        if not isinstance(task, GlimpseTask):
+            raise TypeError(f"{func}: argument '{name}' must be a GlimpseTask, got "
+                            f"{type(task).__name__}")
+    models = list(models) if isinstance(models, (list, tuple)) else models
+    if not isinstance(models, list) or not models \
+            or not all(isinstance(m, GlimpseNet) for m in models):
+        raise TypeError(f"{func}: argument 'models' must be a non-empty list of GlimpseNet")
+    for m in models:
+        _check_batch(m, train.annotations[:1], train.labels[:1], func)
+        if m.scorer[0].weight.shape != models[0].scorer[0].weight.shape \
+                or m.classifier[2].weight.shape != models[0].classifier[2].weight.shape:
+            raise ValueError(f"{func}: argument 'models' must hold GlimpseNets of one size")
+    steps = check_int(steps, "steps", func, minimum=1)
+    batch_size = check_int(batch_size, "batch_size", func, minimum=1)
+    eval_every = check_int(eval_every, "eval_every", func, minimum=1)
+    lr = check_positive_number(lr, "lr", func)
+    if not 0.0 <= baseline_decay < 1.0:
+        raise ValueError(f"{func}: argument 'baseline_decay' must be in [0, 1), got "
+                         f"{baseline_decay}")
+    check_generator(generator, "cpu", func)
+    n_runs, n = len(models), len(train)
+    params = _stack_models(models)
+    opt = torch.optim.Adam(params, lr=lr)
+    baseline = torch.zeros(n_runs, dtype=train.annotations.dtype)
+    use_baseline = method == "reinforce-baseline"
+    a_test = test.annotations.reshape(1, -1, test.annotations.shape[-1]).expand(n_runs, -1, -1)
+    n_test, n_loc = test.annotations.shape[:2]
+    hist_steps, accuracy, on_target, entropy, rewards = [], [], [], [], []
+    for step in range(steps + 1):
+        if step % eval_every == 0 or step == steps:
+            with torch.no_grad():
+                scores = _runs_scores(params, a_test)
+                log_p = _runs_log_probs(params, a_test)
+                alpha = torch.softmax(scores.reshape(n_runs, n_test, n_loc), dim=-1)
+                log_p = log_p.reshape(n_runs, n_test, n_loc, -1)
+                # the marginal predictive sum_s alpha_s p(y | s, a), as in evaluate()
+                pred = (alpha.unsqueeze(-1) * log_p.exp()).sum(dim=2).argmax(-1)
+                accuracy.append((pred == test.labels).double().mean(-1))
+                on_target.append(alpha.gather(-1, test.targets.expand(n_runs, -1)[..., None])
+                                 .squeeze(-1).double().mean(-1))
+                log_alpha = torch.log_softmax(scores.reshape(n_runs, n_test, n_loc), dim=-1)
+                # 0 log 0 = 0 where a weight underflows
+                plogp = torch.where(alpha > 0, alpha * log_alpha, torch.zeros_like(alpha))
+                entropy.append(-plogp.sum(-1).double().mean(-1))
+                hist_steps.append(step)
+        if step == steps:
+            break
+        idx = torch.randint(n, (n_runs, min(batch_size, n)), generator=generator)
+        a, y = train.annotations[idx], train.labels[idx]  # [R, B, L, D], [R, B]
+        b_size = a.shape[1]
+        scores = _runs_scores(params, a.reshape(n_runs, -1, a.shape[-1]))
+        scores = scores.reshape(n_runs, b_size, n_loc)
+        s = gumbel_max(scores.detach(), generator=generator)  # [R, B]
+        log_alpha_s = torch.log_softmax(scores, -1).gather(-1, s[..., None]).squeeze(-1)
+        context = a.gather(2, s[..., None, None].expand(-1, -1, 1, a.shape[-1])).squeeze(2)
+        log_p = _runs_log_probs(params, context)
+        ll = log_p.gather(-1, y[..., None]).squeeze(-1)  # [R, B]
+        reward = ll.detach()
+        b = baseline[:, None] if use_baseline else 0.0
+        # per run: pathwise term + (r - b) grad log alpha_s, as in train_glimpse; summed over
+        # the runs, so that each run's parameters get their own run's gradient
+        objective = (ll + (reward - b) * log_alpha_s).mean(-1).sum()
+        opt.zero_grad()
+        (-objective).backward()
+        opt.step()
+        mean_r = reward.mean(-1)
+        rewards.append(mean_r)
+        baseline = baseline_decay * baseline + (1 - baseline_decay) * mean_r
+    return RunsHistory(hist_steps, torch.stack(accuracy), torch.stack(on_target),
+                       torch.stack(entropy), torch.stack(rewards))

@@ -12,6 +12,9 @@ and Seq-GAN" (book/09_hard_attention.ipynb).
   baseline ``b_n = r_n`` has as its mean, with the scores ``e`` and the log-likelihoods
   ``l_s = log p(y | s, a)`` as the parameters: ``(0, softmax(e))``. The gradient of ``L_s`` (the
   unbiased estimate's mean), that of ``log p(y | a)``, the posterior and uniform weights get hints.
+* ``attention-iw-bound``: the ``K``-sample importance-weighted bound (Burda et al. 2016) at given
+  draws, ``log (1/K) sum_k p(s_k | a) p(y | s_k, a) / q(s_k)``, stable when every weight
+  underflows, with a location drawn twice counted twice.
 """
 
 from __future__ import annotations
@@ -389,4 +392,109 @@ def _check_biased_baseline(self_baseline_mean):
             expect_true(False, f"for input {desc} d_loglik is wrong at {k} of "
                                f"{scores.numel()} entries, e.g. example {row}, location {col}: "
                                f"you return {float(d_loglik[row, col]):.6g}.", hint=hint)
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# attention-iw-bound: the K-sample importance-weighted bound at given draws
+def _log(x):
+    return _t(x).log()
+
+
+_IW_CASES = [
+    # (description, prior [n, L], loglik [n, L], q [n, L], locations [n, K])
+    ("prior [[0.5, 0.3, 0.2]], loglik [[-0.5, -2, -1]], q [[0.2, 0.5, 0.3]], locations [[0, 2]]",
+     [[0.5, 0.3, 0.2]], [[-0.5, -2.0, -1.0]], [[0.2, 0.5, 0.3]], [[0, 2]]),
+    # a location drawn twice is two of the K samples: counted twice
+    ("prior [[0.5, 0.3, 0.2]], loglik [[-0.5, -2, -1]], q [[0.2, 0.5, 0.3]], locations "
+     "[[1, 1, 0]] (location 1 drawn twice)",
+     [[0.5, 0.3, 0.2]], [[-0.5, -2.0, -1.0]], [[0.2, 0.5, 0.3]], [[1, 1, 0]]),
+    ("K = 1: prior [[0.25, 0.75]], loglik [[-3, -0.2]], q [[0.6, 0.4]], locations [[0]]",
+     [[0.25, 0.75]], [[-3.0, -0.2]], [[0.6, 0.4]], [[0]]),
+    ("2 examples over L = 4, K = 4, locations [[3, 0, 3, 1], [2, 2, 2, 2]]",
+     [[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]],
+     [[-1.0, -0.3, -2.5, -0.8], [-4.0, -1.5, -0.05, -3.0]],
+     [[0.3, 0.3, 0.1, 0.3], [0.1, 0.1, 0.7, 0.1]], [[3, 0, 3, 1], [2, 2, 2, 2]]),
+    # every weight underflows: exp(-1000) is 0 in float64
+    ("loglik [[-1000, -1001, -1003]] (every weight underflows), prior [[0.2, 0.3, 0.5]], "
+     "q [[0.4, 0.4, 0.2]], locations [[0, 1, 2]]",
+     [[0.2, 0.3, 0.5]], [[-1000.0, -1001.0, -1003.0]], [[0.4, 0.4, 0.2]], [[0, 1, 2]]),
+    # rows on different scales: one shift for the whole batch underflows the first row
+    ("loglik [[-1000, -1002, -1001], [-0.5, -2, -1]] (rows on different scales), prior and q "
+     "uniform, locations [[0, 1], [2, 0]]",
+     [[1 / 3] * 3, [1 / 3] * 3], [[-1000.0, -1002.0, -1001.0], [-0.5, -2.0, -1.0]],
+     [[1 / 3] * 3, [1 / 3] * 3], [[0, 1], [2, 0]]),
+    # one drawn location explains the label, the other not at all: any shift but the maximum
+    # (the first term, the minimum, the mean) overflows
+    ("loglik [[-2000, -0.1, -2000, -2000]] (one location explains the label), prior and q "
+     "uniform, locations [[0, 1, 3]]",
+     [[0.25] * 4], [[-2000.0, -0.1, -2000.0, -2000.0]], [[0.25] * 4], [[0, 1, 3]]),
+    # a drawn location the model never attends (prior 0): its weight is 0, the bound finite;
+    # q = 0 at a location never drawn
+    ("prior [[0.0, 0.6, 0.4]] (location 0 never attended), q [[0.5, 0.5, 0.0]] (location 2 "
+     "never drawn), loglik [[-0.1, -1.5, -0.2]], locations [[0, 1, 1]]",
+     [[0.0, 0.6, 0.4]], [[-0.1, -1.5, -0.2]], [[0.5, 0.5, 0.0]], [[0, 1, 1]]),
+]
+
+
+def _salted_iw_cases():
+    """Random draws (with repeats), under the grader's secret salt (none in a notebook)."""
+    if not check_salt():
+        return []
+    g = check_generator(59)
+    n, L, K = 3, 5, 4
+    prior = torch.softmax(torch.randn(n, L, generator=g, dtype=torch.float64), -1)
+    q = torch.softmax(torch.randn(n, L, generator=g, dtype=torch.float64), -1)
+    ll = -3 * torch.rand(n, L, generator=g, dtype=torch.float64)
+    ll += torch.tensor([[-1000.0], [0.0], [-300.0]], dtype=torch.float64)[
+        torch.randperm(n, generator=g)]
+    locs = torch.multinomial(q, K, replacement=True, generator=g)
+    return [(f"prior {describe(prior)}, loglik {describe(ll)} (rows on different scales), q "
+             f"{describe(q)}, locations {locs.tolist()}",
+             prior.tolist(), ll.tolist(), q.tolist(), locs.tolist())]
+
+
+def _iw_reference(log_prior, loglik, log_q, locations):
+    log_w = (log_prior.gather(-1, locations) + loglik.gather(-1, locations)
+             - log_q.gather(-1, locations))
+    return torch.logsumexp(log_w, dim=-1) - torch.log(torch.tensor(
+        float(locations.shape[-1]), dtype=torch.float64))
+
+
+@exercise("attention-iw-bound", "the importance-weighted bound at given draws")
+def _check_iw_bound(iw_sample_bound):
+    """``iw_sample_bound(log_prior, loglik, log_q, locations)`` -> ``[n]``."""
+    cases = _IW_CASES + _salted_iw_cases()
+    for desc, prior, ll, q, locs in cases:
+        log_prior, loglik, log_q = _log(prior), _t(ll), _log(q)
+        locations = torch.tensor(locs, dtype=torch.int64)
+        args = (log_prior.clone(), loglik.clone(), log_q.clone(), locations.clone())
+        with watch_calls(attention.iw_bound, attention.iw_bound_exact,
+                         attention.iw_enumerate) as seen:
+            got = call(iw_sample_bound, *args, input_desc=desc)
+        expect_true(not seen,
+                    f"for input {desc} your function calls softmaxbook.attention."
+                    f"{seen[0] if seen else ''}, which this exercise asks you to write "
+                    f"yourself.")
+        n = loglik.shape[0]
+        expect_true(isinstance(got, torch.Tensor) and got.shape == (n,),
+                    f"for input {desc} the result should be a tensor of shape ({n},) (one "
+                    f"value per example), got {describe(got)}.",
+                    hint="average the K weights of each example: reduce over the last axis of "
+                         "'locations', not over the examples.")
+        expect_true(bool(torch.isfinite(got).all()),
+                    f"for input {desc} the result is not finite: {describe(got)}.",
+                    hint="exp(-1000) is 0 in floating point; stay in log space: the log of a "
+                         "mean of weights is a log-sum-exp of the log-weights (shifted by each "
+                         "row's own maximum) minus log K.")
+        expect_true(all(torch.equal(x, y) for x, y in zip(args, (log_prior, loglik, log_q,
+                                                                 locations))),
+                    f"for input {desc} your function changed its inputs in place.")
+        _expect_float64(got, desc)
+        expect_close(got.detach(), _iw_reference(log_prior, loglik, log_q, locations),
+                     input_desc=desc, rtol=1e-9, atol=1e-9, what="bound",
+                     hint="the bound is log((1/K) sum_k w_k) with w_k = p(s_k | a) p(y | s_k, a) "
+                          "/ q(s_k), one term per draw (a location drawn twice counts twice): "
+                          "the log of the mean of the weights, not the mean of their logs (the "
+                          "ELBO's one-draw estimate), with 1/K, not 1/L, and q dividing.")
     return len(cases)
