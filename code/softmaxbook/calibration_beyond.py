@@ -268,7 +268,9 @@ def curve_calibration_error(curve: Callable[[torch.Tensor], torch.Tensor],
     _check_choice(norm, ("l1", "l2"), "norm", func)
     pieces = check_int(pieces, "pieces", func, minimum=8)
     bins = 1 if n_bins is None else n_bins
-    per_bin = max(1, -(-pieces // bins))
+    # an even number of pieces per bin: then c = 1/2 (where the density of a top-label
+    # confidence of two classes starts) is always the end of a piece
+    per_bin = 2 * max(1, -(-pieces // (2 * bins)))
     nodes, weights = np.polynomial.legendre.leggauss(8)
     # sub-interval ends: each bin split into per_bin equal pieces
     ends = torch.linspace(0, 1, bins * per_bin + 1, dtype=torch.float64)
@@ -315,11 +317,11 @@ def curve_calibration_error(curve: Callable[[torch.Tensor], torch.Tensor],
 # ------------------------------------------------------------------------------------------------
 def reliability_diagram(ax, probs: torch.Tensor, labels: torch.Tensor, n_bins: int = 15, *,
                         binning: str = "width", title: str | None = None,
-                        hist_size: str = "32%"):
+                        hist_size: float = 0.3):
     """Draw a reliability diagram on ``ax`` and, below it, the histogram of the confidences.
 
     Bars: accuracy per bin; dots: (mean confidence, accuracy); dashed: the diagonal. The
-    panel below (it takes ``hist_size`` of the height of ``ax``) shows how many examples each
+    panel below (an inset ``hist_size`` times the height of ``ax``) shows how many examples each
     bin holds, on a log scale: how far to trust the bar above it (Guo et al. 2017 draw the
     same pair; a bin of five examples can only show accuracies 0, 0.2, ..., 1).
 
@@ -328,14 +330,12 @@ def reliability_diagram(ax, probs: torch.Tensor, labels: torch.Tensor, n_bins: i
     ax : matplotlib Axes
     probs, labels, n_bins, binning : as :func:`softmaxbook.calibration.reliability_bins`.
     title : str or None
-    hist_size : str, default "32%"
+    hist_size : float, default 0.3
 
     Returns
     -------
     (ax, ax_hist) : the diagram's axes and the histogram's.
     """
-    from mpl_toolkits.axes_grid1 import make_axes_locatable
-
     from softmaxbook import plotting
 
     b = reliability_bins(probs, labels, n_bins, binning=binning)
@@ -354,8 +354,9 @@ def reliability_diagram(ax, probs: torch.Tensor, labels: torch.Tensor, n_bins: i
     # the histogram below carries the x axis
     ax.set_xlabel("")
     ax.tick_params(labelbottom=False)
-    ax_hist = make_axes_locatable(ax).append_axes("bottom", size=hist_size, pad=0.08,
-                                                  sharex=ax)
+    # an inset below the axes (axes coordinates): a child of ``ax``, so that a constrained
+    # layout makes room for it, and it follows ``ax`` into any grid (an Explorer's panels)
+    ax_hist = ax.inset_axes([0.0, -0.06 - hist_size, 1.0, hist_size], sharex=ax)
     ax_hist.bar(lefts, b.count[full], align="edge", width=widths, color="grey",
                 edgecolor="white")
     ax_hist.set_yscale("log")
