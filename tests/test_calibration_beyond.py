@@ -339,3 +339,14 @@ def test_mahalanobis_score_bad_input():
         mahalanobis_score(torch.tensor([[float("nan"), 0.0, 0.0]]), means, prec)
     with pytest.raises(ValueError, match="empty"):
         mahalanobis_score(torch.zeros(0, 3), means, prec)
+
+
+def test_edges_are_m_over_M_as_in_the_ece():
+    # 0.55 lies on the edge 11/20 and belongs to (0.50, 0.55], as in reliability_bins
+    f = torch.tensor([0.55, 0.52, 0.58], dtype=torch.float64)
+    o = torch.tensor([1, 0, 1])
+    d = brier_decomposition(f, o, 20)
+    # bins: {0.55, 0.52} together, {0.58} alone
+    fbar, obar = (0.55 + 0.52) / 2, 0.5
+    rel = (2 / 3) * (fbar - obar) ** 2 + (1 / 3) * (0.58 - 1) ** 2
+    assert math.isclose(float(d.reliability), rel, rel_tol=1e-12)

@@ -53,8 +53,9 @@ __all__ = [
 
 def _width_bins(values: torch.Tensor, n_bins: int) -> torch.Tensor:
     """Bin index of each value in ``[0, 1]``: right-closed equal-width bins, 0 joins bin 0."""
-    edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64, device=values.device)
-    # the edges as the dtype of the values writes m / M (see calibration._bin_index)
+    # m / M correctly rounded (linspace(0, 1, 21)[11] is 0.5499999999999999, not 0.55), then
+    # as the dtype of the values writes it (see calibration._width_edges and _bin_index)
+    edges = torch.arange(n_bins + 1, dtype=torch.float64, device=values.device) / n_bins
     cut = edges.to(values.dtype).double()
     return torch.bucketize(values.double().contiguous(), cut, right=False).sub_(1).clamp_(0, n_bins - 1)
 
