@@ -15,7 +15,8 @@ from softmaxbook.calibration import (  # noqa: E402
     brier_score, expected_calibration_error)
 from softmaxbook.calibration_beyond import (  # noqa: E402
     brier_decomposition, class_gaussians, classwise_calibration_error,
-    curve_calibration_error, mahalanobis_score, reliability_diagram)
+    curve_calibration_error, mahalanobis_score, reliability_diagram,
+    trace_temperature_recipe)
 
 
 def _data(n=500, k=4, seed=0, sharp=2.0, dtype=torch.float64):
@@ -350,3 +351,69 @@ def test_edges_are_m_over_M_as_in_the_ece():
     fbar, obar = (0.55 + 0.52) / 2, 0.5
     rel = (2 / 3) * (fbar - obar) ** 2 + (1 / 3) * (0.58 - 1) ** 2
     assert math.isclose(float(d.reliability), rel, rel_tol=1e-12)
+
+
+# ---------------------------------------------------------------- LBFGS recipe trace
+def _recipe_data(t_target, seed):
+    from softmaxbook.calibration import fit_temperature
+    g = torch.Generator().manual_seed(seed)
+    z = 3 * torch.randn(500, 10, generator=g, dtype=torch.float64)
+    y = torch.multinomial(torch.softmax(z, 1), 1, generator=g).squeeze(1)
+    return z * (t_target / float(fit_temperature(z, y))), y
+
+
+@pytest.mark.parametrize("t_target, seed", [(0.7, 0), (0.7, 1), (2.5, 2)])
+def test_trace_reproduces_the_recipe_bit_for_bit(t_target, seed):
+    from softmaxbook.calibration import popular_temperature_recipe
+    z, y = _recipe_data(t_target, seed)
+    t_end, path = popular_temperature_recipe(z, y)
+    tr = trace_temperature_recipe(z, y)
+    assert torch.equal(tr.temperature[:len(path)], path)
+    if len(path) == len(tr.temperature):
+        assert float(tr.final) == float(t_end)
+    # the step taken is t * d, and it moves T to the next evaluation point
+    steps = tr.step_size * tr.direction
+    assert torch.allclose(tr.temperature[:-1] + steps[:-1], tr.temperature[1:], rtol=0,
+                          atol=1e-15)
+    # without a pair in memory, H_diag is 1 and the direction is -g
+    none = tr.memory == 0
+    assert (tr.h_diag[none] == 1).all()
+    assert torch.equal(tr.direction[none], -tr.grad[none])
+
+
+def test_trace_keeps_pairs_where_convex():
+    # above T* = 2.5 the start 1.5 lies in the convex part: every pair is kept
+    z, y = _recipe_data(2.5, 3)
+    tr = trace_temperature_recipe(z, y, max_iter=10)
+    assert tr.memory.tolist() == list(range(10))
+    # H_diag = y s / y y: in one dimension s / y, the inverse of the secant curvature
+    s = tr.temperature.diff()
+    yv = tr.grad.diff()
+    assert torch.allclose(tr.h_diag[1:], s / yv, rtol=1e-9)
+
+
+def test_trace_stops_at_a_minimum_and_one_row():
+    # a single example whose NLL has its minimum at T -> infinity is not needed: start at a
+    # point with zero gradient (logits all equal) and LBFGS returns at once
+    z = torch.zeros(1, 3, dtype=torch.float64)
+    tr = trace_temperature_recipe(z, torch.tensor([1]))
+    assert len(tr.temperature) == 0 and float(tr.final) == 1.5
+    z = torch.tensor([[2.0, 0.0]], dtype=torch.float32)
+    tr = trace_temperature_recipe(z, torch.tensor([0]), max_iter=3)
+    assert len(tr.temperature) == 3 and tr.temperature.dtype == torch.float64
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"init": -1.0}, ValueError, "argument 'init'"),
+    ({"lr": 0.0}, ValueError, "argument 'lr'"),
+    ({"max_iter": 0}, ValueError, "max_iter"),
+    ({"logits": torch.tensor([[float("inf"), 0.0]])}, ValueError, "logits"),
+    ({"logits": torch.tensor([[float("nan"), 0.0]])}, ValueError, "NaN"),
+    ({"logits": torch.tensor([1.0, 0.0])}, ValueError, r"shape \(N, K\)"),
+    ({"labels": torch.tensor([2])}, ValueError, "argument 'labels'"),
+])
+def test_trace_bad_input(kwargs, exc, match):
+    args = {"logits": torch.tensor([[1.0, 0.0]]), "labels": torch.tensor([0])}
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        trace_temperature_recipe(**args)

@@ -32,10 +32,13 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from softmaxbook._validate import as_float_tensor, check_finite, check_int
+import torch.nn.functional as F
+
+from softmaxbook._validate import as_float_tensor, check_finite, check_int, check_positive_number
 from softmaxbook.calibration import (
     _check_choice,
     _check_labels,
+    _check_logits,
     _check_probs,
     reliability_bins,
 )
@@ -46,6 +49,8 @@ __all__ = [
     "classwise_calibration_error",
     "curve_calibration_error",
     "reliability_diagram",
+    "RecipeTrace",
+    "trace_temperature_recipe",
     "class_gaussians",
     "mahalanobis_score",
 ]
@@ -366,6 +371,97 @@ def reliability_diagram(ax, probs: torch.Tensor, labels: torch.Tensor, n_bins: i
     ax_hist.set_xlim(0, 1)
     plotting.label(ax_hist, "confidence", "count", legend=False)
     return ax, ax_hist
+
+
+# ------------------------------------------------------------------------------------------------
+# The popular LBFGS temperature recipe, one iteration at a time
+# ------------------------------------------------------------------------------------------------
+class RecipeTrace(NamedTuple):
+    """Per-iteration record of the LBFGS temperature recipe (1-D float64 tensors of length
+    ``n``, the number of iterations run; ``memory`` is int64).
+
+    ``temperature[j]`` and ``grad[j]``: where iteration ``j`` evaluated the NLL and its slope
+    ``dNLL/dT`` there. After iteration ``j``: ``memory[j]`` curvature pairs ``(s, y)`` in the
+    optimizer's history, its inverse-curvature scale ``h_diag[j]`` (``y s / y y`` of the
+    newest pair kept; 1 while none is), its direction ``direction[j]`` and step size
+    ``step_size[j]``; the step taken is ``step_size[j] * direction[j]``. ``final``: ``T`` after
+    the last step (0-d).
+    """
+
+    temperature: torch.Tensor
+    grad: torch.Tensor
+    memory: torch.Tensor
+    h_diag: torch.Tensor
+    direction: torch.Tensor
+    step_size: torch.Tensor
+    final: torch.Tensor
+
+
+def trace_temperature_recipe(logits: torch.Tensor, labels: torch.Tensor, *, init: float = 1.5,
+                             lr: float = 0.01, max_iter: int = 50) -> RecipeTrace:
+    """Run the popular LBFGS temperature recipe one iteration at a time and read the
+    optimizer's own state after each.
+
+    :func:`softmaxbook.calibration.popular_temperature_recipe` calls
+    ``torch.optim.LBFGS([T], lr, max_iter).step`` once; here ``step`` is called ``max_iter``
+    times with ``max_iter=1``. LBFGS keeps its history (``old_dirs``, ``old_stps``, ``H_diag``,
+    ``d``, ``t``, ``prev_flat_grad``) in its state between calls, and evaluates the NLL at the
+    same points in the same order, so the path is the same (the tests check it, bit for bit)
+    -- except that the recipe can stop early on its tolerances (1e-9 on the change of the NLL
+    or of ``T``), which this trace does not reproduce; compare the common prefix. torch keeps a
+    pair only if ``y s > 1e-10`` and then sets ``H_diag = y s / y y``; without a pair the
+    direction is ``-g`` (``H = 1``) and every step after the first is ``lr * direction``.
+
+    Parameters
+    ----------
+    logits : Tensor (N, K), labels : integer Tensor (N,)
+    init, lr : float > 0; max_iter : int >= 1
+        As for ``popular_temperature_recipe``.
+
+    Returns
+    -------
+    RecipeTrace
+
+    References
+    ----------
+    Nocedal & Wright (2006), *Numerical Optimization*, Alg. 7.4 (the two-loop recursion) and
+    eq. (7.20) (the initial scaling ``H_diag``); PyTorch's ``torch/optim/lbfgs.py``.
+    """
+    func = "trace_temperature_recipe"
+    _check_logits(logits, func)
+    labels = _check_labels(labels, logits.shape[0], logits.shape[1], func)
+    init = check_positive_number(init, "init", func)
+    lr = check_positive_number(lr, "lr", func)
+    max_iter = check_int(max_iter, "max_iter", func, minimum=1)
+    z = logits.detach().double()
+    temperature = torch.nn.Parameter(torch.full((1,), init, dtype=torch.float64))
+    opt = torch.optim.LBFGS([temperature], lr=lr, max_iter=1)
+    rows = []
+    seen = []
+
+    def closure():
+        opt.zero_grad()
+        loss = F.cross_entropy(z / temperature, labels)
+        loss.backward()
+        seen.append((temperature.item(), temperature.grad.item()))
+        return loss
+
+    for _ in range(max_iter):
+        before = opt.state[temperature].get("n_iter", 0)
+        opt.step(closure)
+        state = opt.state[temperature]
+        if state.get("n_iter", 0) == before:
+            # converged at the start of the call (|g| <= 1e-7): LBFGS returned without a step
+            seen.pop()
+            break
+        t_now, g_now = seen[-1]
+        rows.append((t_now, g_now, len(state["old_dirs"]), float(state["H_diag"]),
+                     float(state["d"]), float(state["t"])))
+    cols = list(zip(*rows)) if rows else [()] * 6
+    as64 = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    return RecipeTrace(as64(cols[0]), as64(cols[1]), torch.tensor(cols[2], dtype=torch.int64),
+                       as64(cols[3]), as64(cols[4]), as64(cols[5]),
+                       temperature.detach()[0].clone())
 
 
 # ------------------------------------------------------------------------------------------------
