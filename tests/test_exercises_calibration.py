@@ -22,7 +22,8 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered, salted
 
 def test_registered():
     assert registered("calibration") == ["calibration-ece", "calibration-fpr95",
-                                         "calibration-kl-uniform", "calibration-murphy",
+                                         "calibration-kl-uniform",
+                                         "calibration-mahalanobis", "calibration-murphy",
                                          "calibration-newton-step",
                                          "calibration-vector-maxent"]
 
@@ -813,3 +814,107 @@ def _variant(rel_sq=True, res_base="obar", res_bin="obar", unc="right", closed="
 def test_murphy_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("calibration-murphy", answer)
+
+
+# --- calibration-mahalanobis ------------------------------------------------------------------
+def _fit(h_fit, y_fit, per_class=False, diagonal=False, ddof=0, pooled_mean=False):
+    k = int(y_fit.max()) + 1
+    means = torch.stack([h_fit[y_fit == c].mean(0) for c in range(k)])
+    if pooled_mean:
+        means = h_fit.mean(0).expand(k, -1)
+    dev = h_fit - means[y_fit]
+    cov = dev.T @ dev / (len(h_fit) - ddof)
+    if diagonal:
+        cov = torch.diag(torch.diag(cov))
+    if per_class:
+        covs = []
+        for c in range(k):
+            d = h_fit[y_fit == c] - means[c]
+            covs.append(d.T @ d / len(d))
+        return means, covs
+    return means, cov
+
+
+def right_mahalanobis(h_fit, y_fit, h):
+    means, cov = _fit(h_fit, y_fit)
+    prec = torch.linalg.inv(cov)
+    diff = h[:, None, :] - means[None]
+    dist = torch.einsum("nkd,de,nke->nk", diff, prec, diff)
+    return -dist.min(1).values
+
+
+def solve_mahalanobis(h_fit, y_fit, h):
+    means, cov = _fit(h_fit, y_fit)
+    out = []
+    for row in h:
+        d = row[None, :] - means
+        out.append(-(d * torch.linalg.solve(cov, d.T).T).sum(1).min())
+    return torch.stack(out)
+
+
+def numpy_mahalanobis(h_fit, y_fit, h):
+    import numpy as np
+    hf, yf, q = h_fit.numpy(), y_fit.numpy(), h.numpy()
+    mus = np.stack([hf[yf == c].mean(0) for c in range(yf.max() + 1)])
+    dev = hf - mus[yf]
+    prec = np.linalg.inv(dev.T @ dev / len(hf))
+    d = q[:, None, :] - mus[None]
+    return torch.from_numpy(-np.einsum("nkd,de,nke->nk", d, prec, d).min(1))
+
+
+def test_mahalanobis_accepts_reference(capsys):
+    assert check("calibration-mahalanobis", right_mahalanobis)
+
+
+@pytest.mark.parametrize("answer", [solve_mahalanobis, numpy_mahalanobis,
+                                    lambda a, b, c: right_mahalanobis(a, b, c).float()])
+def test_mahalanobis_accepts_right_answers_written_differently(answer):
+    assert check("calibration-mahalanobis", answer)
+
+
+@pytest.mark.parametrize("salt", [1, 2])
+def test_mahalanobis_accepts_right_answers_under_salt(salt):
+    with salted(salt):
+        assert check("calibration-mahalanobis", right_mahalanobis)
+
+
+def _wrong(per_class=False, diagonal=False, ddof=0, pooled_mean=False, no_inverse=False,
+           euclid=False, reduce="min", sign=-1, root=False):
+    def answer(h_fit, y_fit, h):
+        means, cov = _fit(h_fit, y_fit, per_class, diagonal, ddof, pooled_mean)
+        diff = h[:, None, :] - means[None]
+        if per_class:
+            dist = torch.stack([torch.einsum("nd,de,ne->n", diff[:, c], torch.linalg.inv(cv),
+                                             diff[:, c]) for c, cv in enumerate(cov)], 1)
+        else:
+            prec = (torch.eye(cov.shape[0], dtype=cov.dtype) if euclid
+                    else cov if no_inverse else torch.linalg.inv(cov))
+            dist = torch.einsum("nkd,de,nke->nk", diff, prec, diff)
+        if root:
+            dist = dist.sqrt()
+        best = dist.min(1).values if reduce == "min" else dist.max(1).values
+        return sign * best
+    return answer
+
+
+@pytest.mark.parametrize("answer, message", [
+    (_wrong(per_class=True), "(?s)60 correlated.*ONE covariance"),
+    (_wrong(diagonal=True), "(?s)60 correlated.*expected scores"),
+    (_wrong(ddof=1), "(?s)6 fitting points.*divided by N"),
+    (_wrong(pooled_mean=True), "(?s)6 fitting points.*expected scores"),
+    (_wrong(no_inverse=True), "(?s)6 fitting points.*expected scores"),
+    (_wrong(euclid=True), "(?s)6 fitting points.*expected scores"),
+    (_wrong(reduce="max"), "(?s)6 fitting points.*expected scores"),
+    (_wrong(sign=1), "wrong sign"),
+    (_wrong(root=True), "not its square root"),
+    (lambda a, b, c: right_mahalanobis(a, b, c)[:, None], "return a tensor of shape"),
+    (lambda a, b, c: __import__("softmaxbook.calibration_beyond", fromlist=["x"])
+     .mahalanobis_score(c, *__import__("softmaxbook.calibration_beyond", fromlist=["x"])
+                        .class_gaussians(a, b)), "calls softmaxbook.calibration_beyond"),
+    (lambda a, b, c: right_mahalanobis(a.sub_(a.mean(0)), b, c),
+     "changed its argument 'h_fit' in place"),
+    (..., "no answer yet"),
+])
+def test_mahalanobis_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("calibration-mahalanobis", answer)

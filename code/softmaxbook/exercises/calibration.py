@@ -22,6 +22,11 @@
   bins, compared to RTOL (unweighted bins, left-closed bins, the mean forecast in place of the
   base rate, NaN from empty bins and swapped terms are caught; the package's
   ``brier_decomposition`` is rejected).
+* ``calibration-mahalanobis``: ``mahalanobis_ood(h_fit, y_fit, h)``, minus the smallest squared
+  Mahalanobis distance to the class means under one pooled covariance (divided by N), compared
+  to 1e-6 (per-class or diagonal covariances, the Euclidean distance, the covariance not
+  inverted, the overall mean, the maximum, a flipped sign and the square root are caught; the
+  package's ``class_gaussians`` / ``mahalanobis_score`` are rejected).
 
 The ECE and the FPR may come back as a Python or NumPy number or a one-element tensor of any
 float dtype: they are compared to about 5 significant digits (RTOL), which float32 arithmetic
@@ -596,4 +601,66 @@ def _check_murphy(murphy_terms):
         for name, value, expected in zip(("uncertainty", "reliability", "resolution"),
                                          (unc, rel, res), (want[2], want[0], want[1])):
             _expect_number(value, expected, input_desc=desc, what=name, hint=hints[name])
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# calibration-mahalanobis: the Mahalanobis OOD score with class means and a shared covariance
+def _mahalanobis_cases():
+    g = check_generator(47)  # public in a notebook; the grader's secret salt changes it
+    cases = []
+    # by hand: 2 classes in 2-D, covariance diag(.75, .25) after fitting (see the tests)
+    h = torch.tensor([[0.0, 0.0], [2.0, 0.0], [10.0, 10.0], [12.0, 10.0], [1.0, 1.0],
+                      [11.0, 9.0]], **f64)
+    y = torch.tensor([0, 0, 1, 1, 0, 1])
+    x = torch.tensor([[1.0, 1.0], [11.0, 10.0], [6.0, 5.0]], **f64)
+    cases.append(("6 fitting points in 2-D (2 classes), 3 query points", h, y, x))
+    # correlated features: a diagonal covariance or the Euclidean distance is wrong here
+    a = torch.tensor([[1.0, 0.0, 0.0], [0.9, 0.5, 0.0], [0.3, 0.2, 0.4]], **f64)
+    y = torch.randint(3, (60,), generator=g)
+    h = torch.randn(60, 3, generator=g, **f64) @ a.T + 2 * torch.nn.functional.one_hot(
+        y, 3).double()
+    x = torch.randn(8, 3, generator=g, **f64) * 2
+    cases.append(("60 correlated 3-D features (3 classes of unequal size), 8 queries", h, y, x))
+    if check_salt():
+        k = int(torch.randint(2, 5, (1,), generator=g))
+        d = int(torch.randint(2, 5, (1,), generator=g))
+        y = torch.arange(40) % k
+        h = torch.randn(40, d, generator=g, **f64) + y[:, None].double()
+        x = torch.randn(5, d, generator=g, **f64) * 3
+        cases.append((f"40 features in {d}-D, {k} classes, 5 queries", h, y, x))
+    return cases
+
+
+@exercise("calibration-mahalanobis", "Mahalanobis score with a shared covariance")
+def _check_mahalanobis(mahalanobis_ood):
+    """``mahalanobis_ood(h_fit, y_fit, h)`` -> Tensor (M,) of scores."""
+    from .. import calibration_beyond as _beyond
+    own = {_beyond.class_gaussians: "class_gaussians",
+           _beyond.mahalanobis_score: "mahalanobis_score"}
+    cases = _mahalanobis_cases()
+    for desc, h_fit, y_fit, x in cases:
+        passed = (h_fit.clone(), y_fit.clone(), x.clone())
+        got = _run_watched(
+            mahalanobis_ood, passed, input_desc=desc,
+            targets=lambda: _library_calls(own, {}),
+            shown=lambda name: f"softmaxbook.calibration_beyond.{name}",
+            task="Mahalanobis score")
+        _expect_unchanged(passed, (h_fit, y_fit, x), ("h_fit", "y_fit", "h"), desc)
+        expect_true(isinstance(got, torch.Tensor) and got.shape == (len(x),),
+                    f"for input {desc} return a tensor of shape ({len(x)},), one score per "
+                    f"query row, got {describe(got)}.")
+        means, prec = _beyond.class_gaussians(h_fit, y_fit)
+        want = _beyond.mahalanobis_score(x, means, prec)
+        g = got.detach().double()
+        hint = ("fit the class means and ONE covariance of the deviations h_i - mu_{y_i}, "
+                "divided by N (all classes pooled); score = -min_k (h - mu_k)^T Sigma^-1 "
+                "(h - mu_k).")
+        if torch.allclose(g, -want, rtol=1e-6, atol=1e-9):
+            hint = ("your scores have the wrong sign: higher must mean more in-distribution, "
+                    "so return minus the smallest squared distance.")
+        elif torch.allclose(g, -(-want).sqrt(), rtol=1e-6, atol=1e-9):
+            hint = "the score uses the squared distance, not its square root."
+        expect_close(got.double(), want, input_desc=desc, rtol=1e-6, atol=1e-9,
+                     what="scores", hint=hint)
     return len(cases)
