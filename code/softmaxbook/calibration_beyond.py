@@ -123,7 +123,7 @@ def brier_decomposition(probs: torch.Tensor, labels: torch.Tensor, n_bins: int =
 
     References
     ----------
-    Murphy (1973), eq. (13); Stephenson, Coelho & Jolliffe (2008), eq. (9).
+    Murphy (1973); Stephenson, Coelho & Jolliffe (2008).
     """
     func = "brier_decomposition"
     as_float_tensor(probs, "probs", func)
@@ -200,8 +200,8 @@ def classwise_calibration_error(probs: torch.Tensor, labels: torch.Tensor, n_bin
 
     References
     ----------
-    Kull et al. (2019), Sec. 3 (classwise-ECE); Nixon et al. (2019) call it the static
-    calibration error.
+    Kull et al. (2019) (classwise-ECE); Nixon et al. (2019), *Measuring Calibration in Deep
+    Learning*, call a close relative the static calibration error.
     """
     func = "classwise_calibration_error"
     _check_probs(probs, func)
@@ -239,7 +239,7 @@ def curve_calibration_error(curve: Callable[[torch.Tensor], torch.Tensor],
     ``sqrt(sum_m P_m (E[C - curve(C) | B_m])^2)``). The binned value is what the plug-in ECE
     estimates with infinitely many examples; by the triangle (or Jensen's) inequality it is
     never above the true error, and it is below whenever ``c - curve(c)`` changes sign
-    inside a bin: over- and under-confidence cancel (Kumar et al. 2019, Prop. 3.3).
+    inside a bin: over- and under-confidence cancel (Kumar et al. 2019, Sec. 3).
 
     The integrals use 8-point Gauss-Legendre rules on ``pieces`` sub-intervals (split at the
     bin edges), in float64; the kink of ``|.|`` limits the accuracy to about ``pieces^-2``.
@@ -472,7 +472,7 @@ def class_gaussians(features: torch.Tensor, labels: torch.Tensor, *,
     """Class means and the precision of one shared (tied) covariance, fitted to features.
 
     ``mu_k`` is the mean of the features of class ``k``;
-    ``Sigma = (1/N) sum_i (h_i - mu_{y_i})(h_i - mu_{y_i})^T`` (Lee et al. 2018, eq. 1),
+    ``Sigma = (1/N) sum_i (h_i - mu_{y_i})(h_i - mu_{y_i})^T`` (Lee et al. 2018, Sec. 2),
     optionally shrunk towards a multiple of the identity,
     ``(1 - s) Sigma + s (tr Sigma / D) I``, which keeps it invertible when ``D >= N``.
 
@@ -537,7 +537,7 @@ def mahalanobis_score(features: torch.Tensor, means: torch.Tensor,
     """Mahalanobis OOD score: minus the smallest squared distance to a class mean.
 
     ``score(h) = -min_k (h - mu_k)^T Sigma^{-1} (h - mu_k)``, higher = more in-distribution
-    (Lee et al. 2018, eq. 2, without their input preprocessing and layer ensemble).
+    (Lee et al. 2018, Sec. 2, without their input preprocessing and layer ensemble).
 
     Parameters
     ----------
