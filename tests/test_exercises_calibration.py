@@ -22,7 +22,9 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered, salted
 
 def test_registered():
     assert registered("calibration") == ["calibration-ece", "calibration-fpr95",
-                                         "calibration-kl-uniform", "calibration-newton-step",
+                                         "calibration-kl-uniform",
+                                         "calibration-mahalanobis", "calibration-murphy",
+                                         "calibration-newton-step",
                                          "calibration-vector-maxent"]
 
 
@@ -683,3 +685,236 @@ def test_newton_step_refuses_the_package_derivatives():
         return beta - g / h
     with pytest.raises(ExerciseCheckFailed, match=r"calls softmaxbook\.calibration\._nll_deriv"):
         check("calibration-newton-step", via_private)
+
+
+# --- calibration-murphy: reliability, resolution, uncertainty ---------------------------------
+def _bins(f, n_bins, closed="right"):
+    if closed == "right":
+        return (torch.ceil(f * n_bins) - 1).clamp(0, n_bins - 1).long()
+    return torch.floor(f * n_bins).clamp(0, n_bins - 1).long()
+
+
+def right_murphy(forecasts, outcomes, n_bins):
+    o = outcomes.double()
+    idx = _bins(forecasts, n_bins)
+    obar = o.mean()
+    rel = res = 0.0
+    for m in range(n_bins):
+        inside = idx == m
+        if inside.any():
+            w = inside.double().mean()
+            rel += w * (forecasts[inside].mean() - o[inside].mean()) ** 2
+            res += w * (o[inside].mean() - obar) ** 2
+    return rel, res, obar * (1 - obar)
+
+
+def bincount_murphy(forecasts, outcomes, n_bins):
+    o = outcomes.double()
+    idx = _bins(forecasts, n_bins)
+    n = torch.bincount(idx, minlength=n_bins).double()
+    full = n > 0
+    fbar = torch.bincount(idx, forecasts, n_bins)[full] / n[full]
+    ob = torch.bincount(idx, o, n_bins)[full] / n[full]
+    w = n[full] / len(o)
+    base = o.mean()
+    return (float((w * (fbar - ob) ** 2).sum()),
+            float((w * (ob - base) ** 2).sum()), float(base * (1 - base)))
+
+
+def numpy_murphy(forecasts, outcomes, n_bins):
+    import numpy as np
+    f, o = forecasts.numpy(), outcomes.numpy().astype(float)
+    idx = np.clip(np.ceil(f * n_bins) - 1, 0, n_bins - 1).astype(int)
+    rel = res = 0.0
+    for m in np.unique(idx):
+        sel = idx == m
+        rel += sel.mean() * (f[sel].mean() - o[sel].mean()) ** 2
+        res += sel.mean() * (o[sel].mean() - o.mean()) ** 2
+    return [rel, res, o.mean() * (1 - o.mean())]
+
+
+def test_murphy_accepts_reference(capsys):
+    assert check("calibration-murphy", right_murphy)
+
+
+@pytest.mark.parametrize("answer", [
+    bincount_murphy, numpy_murphy,
+    lambda f, o, m: tuple(torch.tensor(float(v)) for v in right_murphy(f, o, m)),
+    lambda f, o, m: tuple(torch.tensor(float(v), dtype=torch.float32)
+                          for v in right_murphy(f, o, m)),
+])
+def test_murphy_accepts_right_answers_written_differently(answer):
+    assert check("calibration-murphy", answer)
+
+
+@pytest.mark.parametrize("salt", [1, 2])
+def test_murphy_accepts_right_answers_under_salt(salt):
+    with salted(salt):
+        assert check("calibration-murphy", right_murphy)
+        assert check("calibration-murphy", bincount_murphy)
+
+
+def unweighted_murphy(forecasts, outcomes, n_bins):
+    # averages the bins instead of weighting them by their share
+    o = outcomes.double()
+    idx = _bins(forecasts, n_bins)
+    gaps, spreads = [], []
+    for m in range(n_bins):
+        inside = idx == m
+        if inside.any():
+            gaps.append((forecasts[inside].mean() - o[inside].mean()) ** 2)
+            spreads.append((o[inside].mean() - o.mean()) ** 2)
+    return (sum(gaps) / len(gaps), sum(spreads) / len(spreads),
+            o.mean() * (1 - o.mean()))
+
+
+def _variant(rel_sq=True, res_base="obar", res_bin="obar", unc="right", closed="right",
+             skip_empty=True):
+    def murphy(forecasts, outcomes, n_bins):
+        o = outcomes.double()
+        idx = _bins(forecasts, n_bins, closed)
+        obar, fall = o.mean(), forecasts.mean()
+        rel = res = 0.0
+        for m in range(n_bins):
+            inside = idx == m
+            if not inside.any() and skip_empty:
+                continue
+            w = inside.double().mean()
+            fb, ob = forecasts[inside].mean(), o[inside].mean()
+            gap = fb - ob
+            rel += w * (gap ** 2 if rel_sq else gap.abs())
+            centre = obar if res_base == "obar" else fall
+            res += w * ((ob if res_bin == "obar" else fb) - centre) ** 2
+        u = {"right": obar * (1 - obar), "obar": obar,
+             "forecast": fall * (1 - fall)}[unc]
+        return rel, res, u
+    return murphy
+
+
+@pytest.mark.parametrize("answer, message", [
+    (unweighted_murphy, "(?s)300 uniform forecasts.*weighted by the share"),
+    (_variant(rel_sq=False), "(?s)forecasts \\[0.2, 0.4.*expected reliability"),
+    (_variant(res_base="forecast"), "(?s)forecasts \\[0.2, 0.4.*not the mean forecast"),
+    (_variant(res_bin="forecast"), "(?s)forecasts \\[0.2, 0.4.*expected resolution"),
+    (_variant(unc="obar"), "(?s)does not depend on the forecasts"),
+    (_variant(unc="forecast"), "(?s)forecasts \\[0.2, 0.4.*expected uncertainty"),
+    (_variant(closed="left"), "(?s)bin edges.*closed on the right"),
+    (_variant(skip_empty=False), "(?s)empty bins.*not a finite number"),
+    (lambda f, o, m: (lambda r: (r[1], r[0], r[2]))(right_murphy(f, o, m)),
+     "reliability and resolution are swapped"),
+    (lambda f, o, m: tuple(math.sqrt(float(v)) for v in right_murphy(f, o, m)),
+     "(?s)expected uncertainty"),
+    (lambda f, o, m: right_murphy(f, o, m)[:2], "return three numbers"),
+    (lambda f, o, m: __import__("softmaxbook.calibration_beyond", fromlist=["x"])
+     .brier_decomposition(f, o, m)[1:4], "calls softmaxbook.calibration_beyond"),
+    (lambda f, o, m: right_murphy(f.clamp_(0.01, 0.99), o, m),
+     "changed its argument 'forecasts' in place"),
+    (..., "no answer yet"),
+])
+def test_murphy_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("calibration-murphy", answer)
+
+
+# --- calibration-mahalanobis ------------------------------------------------------------------
+def _fit(h_fit, y_fit, per_class=False, diagonal=False, ddof=0, pooled_mean=False):
+    k = int(y_fit.max()) + 1
+    means = torch.stack([h_fit[y_fit == c].mean(0) for c in range(k)])
+    if pooled_mean:
+        means = h_fit.mean(0).expand(k, -1)
+    dev = h_fit - means[y_fit]
+    cov = dev.T @ dev / (len(h_fit) - ddof)
+    if diagonal:
+        cov = torch.diag(torch.diag(cov))
+    if per_class:
+        covs = []
+        for c in range(k):
+            d = h_fit[y_fit == c] - means[c]
+            covs.append(d.T @ d / len(d))
+        return means, covs
+    return means, cov
+
+
+def right_mahalanobis(h_fit, y_fit, h):
+    means, cov = _fit(h_fit, y_fit)
+    prec = torch.linalg.inv(cov)
+    diff = h[:, None, :] - means[None]
+    dist = torch.einsum("nkd,de,nke->nk", diff, prec, diff)
+    return -dist.min(1).values
+
+
+def solve_mahalanobis(h_fit, y_fit, h):
+    means, cov = _fit(h_fit, y_fit)
+    out = []
+    for row in h:
+        d = row[None, :] - means
+        out.append(-(d * torch.linalg.solve(cov, d.T).T).sum(1).min())
+    return torch.stack(out)
+
+
+def numpy_mahalanobis(h_fit, y_fit, h):
+    import numpy as np
+    hf, yf, q = h_fit.numpy(), y_fit.numpy(), h.numpy()
+    mus = np.stack([hf[yf == c].mean(0) for c in range(yf.max() + 1)])
+    dev = hf - mus[yf]
+    prec = np.linalg.inv(dev.T @ dev / len(hf))
+    d = q[:, None, :] - mus[None]
+    return torch.from_numpy(-np.einsum("nkd,de,nke->nk", d, prec, d).min(1))
+
+
+def test_mahalanobis_accepts_reference(capsys):
+    assert check("calibration-mahalanobis", right_mahalanobis)
+
+
+@pytest.mark.parametrize("answer", [solve_mahalanobis, numpy_mahalanobis,
+                                    lambda a, b, c: right_mahalanobis(a, b, c).float()])
+def test_mahalanobis_accepts_right_answers_written_differently(answer):
+    assert check("calibration-mahalanobis", answer)
+
+
+@pytest.mark.parametrize("salt", [1, 2])
+def test_mahalanobis_accepts_right_answers_under_salt(salt):
+    with salted(salt):
+        assert check("calibration-mahalanobis", right_mahalanobis)
+
+
+def _wrong(per_class=False, diagonal=False, ddof=0, pooled_mean=False, no_inverse=False,
+           euclid=False, reduce="min", sign=-1, root=False):
+    def answer(h_fit, y_fit, h):
+        means, cov = _fit(h_fit, y_fit, per_class, diagonal, ddof, pooled_mean)
+        diff = h[:, None, :] - means[None]
+        if per_class:
+            dist = torch.stack([torch.einsum("nd,de,ne->n", diff[:, c], torch.linalg.inv(cv),
+                                             diff[:, c]) for c, cv in enumerate(cov)], 1)
+        else:
+            prec = (torch.eye(cov.shape[0], dtype=cov.dtype) if euclid
+                    else cov if no_inverse else torch.linalg.inv(cov))
+            dist = torch.einsum("nkd,de,nke->nk", diff, prec, diff)
+        if root:
+            dist = dist.sqrt()
+        best = dist.min(1).values if reduce == "min" else dist.max(1).values
+        return sign * best
+    return answer
+
+
+@pytest.mark.parametrize("answer, message", [
+    (_wrong(per_class=True), "(?s)60 correlated.*ONE covariance"),
+    (_wrong(diagonal=True), "(?s)60 correlated.*expected scores"),
+    (_wrong(ddof=1), "(?s)6 fitting points.*divided by N"),
+    (_wrong(pooled_mean=True), "(?s)6 fitting points.*expected scores"),
+    (_wrong(no_inverse=True), "(?s)6 fitting points.*expected scores"),
+    (_wrong(euclid=True), "(?s)6 fitting points.*expected scores"),
+    (_wrong(reduce="max"), "(?s)6 fitting points.*expected scores"),
+    (_wrong(sign=1), "wrong sign"),
+    (_wrong(root=True), "not its square root"),
+    (lambda a, b, c: right_mahalanobis(a, b, c)[:, None], "return a tensor of shape"),
+    (lambda a, b, c: __import__("softmaxbook.calibration_beyond", fromlist=["x"])
+     .mahalanobis_score(c, *__import__("softmaxbook.calibration_beyond", fromlist=["x"])
+                        .class_gaussians(a, b)), "calls softmaxbook.calibration_beyond"),
+    (lambda a, b, c: right_mahalanobis(a.sub_(a.mean(0)), b, c),
+     "changed its argument 'h_fit' in place"),
+    (..., "no answer yet"),
+])
+def test_mahalanobis_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("calibration-mahalanobis", answer)

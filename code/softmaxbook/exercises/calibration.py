@@ -17,6 +17,16 @@
 * ``calibration-vector-maxent`` (a derivation's end result): ``vector_map(logits, lam)``, the
   maximum-entropy probabilities under one logit constraint per class, ``softmax(lam * z_i)``
   with the multipliers' sign of (calibration-lagrangian) (a flipped sign gets a hint).
+* ``calibration-murphy``: ``murphy_terms(forecasts, outcomes, n_bins)``, Murphy's reliability,
+  resolution and uncertainty of a binary forecast with the chapter's right-closed equal-width
+  bins, compared to RTOL (unweighted bins, left-closed bins, the mean forecast in place of the
+  base rate, NaN from empty bins and swapped terms are caught; the package's
+  ``brier_decomposition`` is rejected).
+* ``calibration-mahalanobis``: ``mahalanobis_ood(h_fit, y_fit, h)``, minus the smallest squared
+  Mahalanobis distance to the class means under one pooled covariance (divided by N), compared
+  to 1e-6 (per-class or diagonal covariances, the Euclidean distance, the covariance not
+  inverted, the overall mean, the maximum, a flipped sign and the square root are caught; the
+  package's ``class_gaussians`` / ``mahalanobis_score`` are rejected).
 
 The ECE and the FPR may come back as a Python or NumPy number or a one-element tensor of any
 float dtype: they are compared to about 5 significant digits (RTOL), which float32 arithmetic
@@ -512,4 +522,145 @@ def _check_vector_maxent(vector_map):
                     "multiplier mu_i per example).")
         expect_close(got, want, input_desc=desc, rtol=1e-10, atol=1e-14, what="probabilities",
                      hint=hint)
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# calibration-murphy: Murphy's reliability, resolution and uncertainty of a binary forecast
+def _murphy_reference(f, o, n_bins):
+    from .. import calibration_beyond as _beyond
+    d = _beyond.brier_decomposition(f, o, n_bins)
+    return float(d.reliability), float(d.resolution), float(d.uncertainty)
+
+
+def _murphy_cases():
+    g = check_generator(43)  # public in a notebook; the grader's secret salt changes it
+    f = torch.rand(300, generator=g, **f64)
+    o = (torch.rand(300, generator=g, **f64) < f ** 1.5).long()
+    cases = [
+        ("forecasts [0.2, 0.4, 0.8, 0.8], outcomes [0, 1, 1, 0], 2 bins",
+         torch.tensor([0.2, 0.4, 0.8, 0.8], **f64), torch.tensor([0, 1, 1, 0]), 2),
+        ("300 uniform forecasts, outcomes drawn with probability f^1.5, 10 bins", f, o, 10),
+        # forecasts on the edges 0, 1/4, 1/2, 3/4, 1 (exact in binary): right-closed bins put
+        # 0.25 into [0, 1/4] and 1 into (3/4, 1]
+        ("forecasts on the bin edges [0, 0.25, 0.25, 0.5, 0.75, 1, 1, 0.6], outcomes "
+         "[0, 0, 1, 1, 0, 1, 1, 1], 4 bins",
+         torch.tensor([0.0, 0.25, 0.25, 0.5, 0.75, 1.0, 1.0, 0.6], **f64),
+         torch.tensor([0, 0, 1, 1, 0, 1, 1, 1]), 4),
+        # forecasts only in (0.6, 0.9): most of the 10 bins are empty
+        ("40 forecasts in (0.6, 0.9) (empty bins), 10 bins",
+         0.6 + 0.3 * f[:40], o[:40], 10),
+    ]
+    if check_salt():  # the grader's secret salt: another size, base rate and bin count
+        n = int(torch.randint(50, 200, (1,), generator=g))
+        n_bins = int(torch.randint(3, 13, (1,), generator=g))
+        f = torch.rand(n, generator=g, **f64) ** 2
+        o = (torch.rand(n, generator=g, **f64) < f).long()
+        cases.append((f"{n} forecasts, {n_bins} bins", f, o, n_bins))
+    return cases
+
+
+@exercise("calibration-murphy", "Murphy's decomposition of the Brier score")
+def _check_murphy(murphy_terms):
+    """``murphy_terms(forecasts, outcomes, n_bins)`` -> (reliability, resolution, uncertainty)."""
+    from .. import calibration_beyond as _beyond
+    own = {_beyond.brier_decomposition: "brier_decomposition"}
+    cases = _murphy_cases()
+    for desc, f, o, n_bins in cases:
+        passed = (f.clone(), o.clone())
+        got = _run_watched(
+            murphy_terms, (*passed, n_bins), input_desc=desc,
+            targets=lambda: _library_calls(own, {}),
+            shown=lambda name: f"softmaxbook.calibration_beyond.{name}",
+            task="Brier decomposition")
+        _expect_unchanged(passed, (f, o), ("forecasts", "outcomes"), desc)
+        expect_true(isinstance(got, (tuple, list)) and len(got) == 3,
+                    f"for input {desc} return three numbers (reliability, resolution, "
+                    f"uncertainty), got {describe(got)}.")
+        rel, res, unc = (_number(v, input_desc=desc, what=w)
+                         for v, w in zip(got, ("reliability", "resolution", "uncertainty")))
+        want = _murphy_reference(f, o, n_bins)
+        hints = {
+            "uncertainty": "the uncertainty is obar (1 - obar), with obar the fraction of "
+                           "outcomes that are 1; it does not depend on the forecasts or bins.",
+            "reliability": "reliability = sum over non-empty bins of (n_m / N) (fbar_m - "
+                           "obar_m)^2: squared gaps, weighted by the share of the examples in "
+                           "the bin (not averaged over bins).",
+            "resolution": "resolution = sum over non-empty bins of (n_m / N) (obar_m - obar)^2: "
+                          "the bins' observed frequencies around the overall frequency of the "
+                          "outcome (not the mean forecast).",
+        }
+        if "edges" in desc:
+            edge_hint = ("bins are closed on the right, [0, 1/M], ((m-1)/M, m/M]: 0.25 with 4 "
+                         "bins is in the first bin, 1 in the last; floor(f * M) puts them one "
+                         "bin up.")
+            hints["reliability"] = hints["resolution"] = edge_hint
+        if abs(rel - want[1]) < 1e-9 and abs(res - want[0]) < 1e-9 and want[0] != want[1]:
+            expect_true(False, f"for input {desc} your reliability and resolution are "
+                        "swapped: return (reliability, resolution, uncertainty).")
+        for name, value, expected in zip(("uncertainty", "reliability", "resolution"),
+                                         (unc, rel, res), (want[2], want[0], want[1])):
+            _expect_number(value, expected, input_desc=desc, what=name, hint=hints[name])
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# calibration-mahalanobis: the Mahalanobis OOD score with class means and a shared covariance
+def _mahalanobis_cases():
+    g = check_generator(47)  # public in a notebook; the grader's secret salt changes it
+    cases = []
+    # by hand: 2 classes in 2-D, covariance diag(.75, .25) after fitting (see the tests)
+    h = torch.tensor([[0.0, 0.0], [2.0, 0.0], [10.0, 10.0], [12.0, 10.0], [1.0, 1.0],
+                      [11.0, 9.0]], **f64)
+    y = torch.tensor([0, 0, 1, 1, 0, 1])
+    x = torch.tensor([[1.0, 1.0], [11.0, 10.0], [6.0, 5.0]], **f64)
+    cases.append(("6 fitting points in 2-D (2 classes), 3 query points", h, y, x))
+    # correlated features: a diagonal covariance or the Euclidean distance is wrong here
+    a = torch.tensor([[1.0, 0.0, 0.0], [0.9, 0.5, 0.0], [0.3, 0.2, 0.4]], **f64)
+    y = torch.randint(3, (60,), generator=g)
+    h = torch.randn(60, 3, generator=g, **f64) @ a.T + 2 * torch.nn.functional.one_hot(
+        y, 3).double()
+    x = torch.randn(8, 3, generator=g, **f64) * 2
+    cases.append(("60 correlated 3-D features (3 classes of unequal size), 8 queries", h, y, x))
+    if check_salt():
+        k = int(torch.randint(2, 5, (1,), generator=g))
+        d = int(torch.randint(2, 5, (1,), generator=g))
+        y = torch.arange(40) % k
+        h = torch.randn(40, d, generator=g, **f64) + y[:, None].double()
+        x = torch.randn(5, d, generator=g, **f64) * 3
+        cases.append((f"40 features in {d}-D, {k} classes, 5 queries", h, y, x))
+    return cases
+
+
+@exercise("calibration-mahalanobis", "Mahalanobis score with a shared covariance")
+def _check_mahalanobis(mahalanobis_ood):
+    """``mahalanobis_ood(h_fit, y_fit, h)`` -> Tensor (M,) of scores."""
+    from .. import calibration_beyond as _beyond
+    own = {_beyond.class_gaussians: "class_gaussians",
+           _beyond.mahalanobis_score: "mahalanobis_score"}
+    cases = _mahalanobis_cases()
+    for desc, h_fit, y_fit, x in cases:
+        passed = (h_fit.clone(), y_fit.clone(), x.clone())
+        got = _run_watched(
+            mahalanobis_ood, passed, input_desc=desc,
+            targets=lambda: _library_calls(own, {}),
+            shown=lambda name: f"softmaxbook.calibration_beyond.{name}",
+            task="Mahalanobis score")
+        _expect_unchanged(passed, (h_fit, y_fit, x), ("h_fit", "y_fit", "h"), desc)
+        expect_true(isinstance(got, torch.Tensor) and got.shape == (len(x),),
+                    f"for input {desc} return a tensor of shape ({len(x)},), one score per "
+                    f"query row, got {describe(got)}.")
+        means, prec = _beyond.class_gaussians(h_fit, y_fit)
+        want = _beyond.mahalanobis_score(x, means, prec)
+        g = got.detach().double()
+        hint = ("fit the class means and ONE covariance of the deviations h_i - mu_{y_i}, "
+                "divided by N (all classes pooled); score = -min_k (h - mu_k)^T Sigma^-1 "
+                "(h - mu_k).")
+        if torch.allclose(g, -want, rtol=1e-6, atol=1e-9):
+            hint = ("your scores have the wrong sign: higher must mean more in-distribution, "
+                    "so return minus the smallest squared distance.")
+        elif torch.allclose(g, -(-want).sqrt(), rtol=1e-6, atol=1e-9):
+            hint = "the score uses the squared distance, not its square root."
+        expect_close(got.double(), want, input_desc=desc, rtol=1e-6, atol=1e-9,
+                     what="scores", hint=hint)
     return len(cases)
