@@ -170,6 +170,18 @@ def test_iw_bound_rises_with_k_to_the_marginal():
     assert torch.allclose(iw_bound_exact(lp, ll, post, 3), marg, rtol=0, atol=1e-13)
 
 
+def test_iw_bound_limit_is_over_the_support_of_q():
+    # R6 review: with q = 0 where p(s|a) p(y|s,a) > 0 the bound does not rise to log p(y|a)
+    # but stays at the log of the sum over q's support, whatever k
+    lp = torch.full((1, 4), 0.25, dtype=D).log()
+    ll = torch.tensor([[0.1, 0.1, 0.9, 0.9]], dtype=D).log()
+    lq = torch.tensor([[0.5, 0.5, 0.0, 0.0]], dtype=D).log()
+    on_support = torch.logsumexp((lp + ll)[:, :2], -1)
+    for k in (1, 2, 4, 6):
+        assert torch.allclose(iw_bound_exact(lp, ll, lq, k), on_support, rtol=0, atol=1e-13)
+    assert float(torch.logsumexp(lp + ll, -1) - on_support) > 2
+
+
 def test_iw_enumerate_probabilities_and_weights():
     lp, ll, lq = _rows(3, 4, seed=6)
     e = iw_enumerate(lp, ll, lq, 3)
@@ -291,6 +303,10 @@ def test_enumerated_variance_equals_the_explicit_sum():
      "argument 'prob' has a negative entry"),
     (lambda p, c, g: (p, c.clone().fill_(math.inf), g), "argument 'coeff'"),
     (lambda p, c, g: (p, c, g.long()), "argument 'gram' must have a floating"),
+    # R6 review: these were accepted, and -I gave a variance of 0 (clamped)
+    (lambda p, c, g: (p, c, -g), "argument 'gram' must be positive semi-definite"),
+    (lambda p, c, g: (p, c, g + torch.triu(torch.ones(3, 3, dtype=D), 1)),
+     "argument 'gram' must be symmetric"),
 ])
 def test_enumerated_variance_bad_input(args, message):
     prob = torch.tensor([[0.5, 0.5]] * 2, dtype=D)

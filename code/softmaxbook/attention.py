@@ -738,8 +738,10 @@ def iw_bound(log_prior: torch.Tensor, loglik: torch.Tensor, log_q: torch.Tensor,
 
     Draws ``s_1, ..., s_k ~ q`` independently per row and returns
     ``log (1/k) sum_j p(s_j | a) p(y | s_j, a) / q(s_j)``. Its expectation is
-    :func:`iw_bound_exact`: a lower bound on ``log p(y | a)`` that rises with ``k`` to it
-    (Burda et al. 2016, Theorem 1); ``k = 1`` gives the ELBO in expectation.
+    :func:`iw_bound_exact`: a lower bound on ``log p(y | a)`` that never decreases with ``k``
+    (Burda et al. 2016, Theorem 1); ``k = 1`` gives the ELBO in expectation. It tends to
+    ``log p(y | a)`` as ``k`` grows only if ``q_s > 0`` wherever ``p(s | a) p(y | s, a) > 0``
+    (the theorem's bounded weights); otherwise to ``log sum_{s: q_s > 0} p(s | a) p(y | s, a)``.
 
     The locations are drawn without gradient, so the gradient with respect to ``log_prior`` and
     ``loglik`` (the model) is the pathwise estimate ``sum_j w~_j grad log w_j`` with the
@@ -850,8 +852,10 @@ def iw_bound_exact(log_prior: torch.Tensor, loglik: torch.Tensor, log_q: torch.T
 
     ``E_{s_1..k ~ q} log (1/k) sum_j w_{s_j}`` summed over all ``L^k`` tuples
     (:func:`iw_enumerate`). ``k = 1`` is :func:`alignment_elbo`; it never decreases with ``k``
-    and never exceeds ``log p(y | a)`` (Burda et al. 2016, Theorem 1). Differentiable in all
-    three inputs (through the tuples' probabilities too).
+    and never exceeds ``log p(y | a)`` (Burda et al. 2016, Theorem 1); it tends to ``log p(y |
+    a)`` only if ``q_s > 0`` wherever ``p(s | a) p(y | s, a) > 0`` (else to the log of the sum
+    over ``q``'s support). Differentiable in all three inputs (through the tuples'
+    probabilities too).
     """
     func = "iw_bound_exact"
     log_prior, loglik, log_q = _check_log_weights(log_prior, loglik, log_q, func)
@@ -919,7 +923,8 @@ def enumerated_variance(prob: torch.Tensor, coeff: torch.Tensor,
         Each row sums to 1.
     coeff : Tensor ``[n, T, B]``
     gram : Tensor ``[n, B, B]``
-        Symmetric positive semi-definite.
+        Symmetric positive semi-definite (checked: anything else raises, since the formula
+        would return a meaningless number, or a negative one clamped to 0).
 
     Returns
     -------
@@ -943,6 +948,16 @@ def enumerated_variance(prob: torch.Tensor, coeff: torch.Tensor,
     tol = max(1e-6, 64 * torch.finfo(prob.dtype).eps)
     if bool(((prob.sum(dim=-1) - 1).abs() > tol).any()):
         raise ValueError(f"{func}: argument 'prob' must have rows that sum to 1")
+    # a gram that is not a Gram matrix gives a number that is no variance (a negative one would
+    # be clamped to 0 below, silently): refuse it (eigenvalues to the dtype's rounding)
+    g_tol = max(1e-9, 1024 * torch.finfo(gram.dtype).eps)
+    g_scale = gram.abs().amax(dim=(-2, -1), keepdim=True).clamp(min=torch.finfo(gram.dtype).tiny)
+    if bool(((gram - gram.transpose(-2, -1)).abs() > g_tol * g_scale).any()):
+        raise ValueError(f"{func}: argument 'gram' must be symmetric (basis @ basis^T)")
+    if gram.numel() and bool((torch.linalg.eigvalsh(gram.double())
+                              < -g_tol * g_scale[..., 0].double()).any()):
+        raise ValueError(f"{func}: argument 'gram' must be positive semi-definite "
+                         "(basis @ basis^T), but has a negative eigenvalue")
     n = prob.shape[0]
     m = (prob.unsqueeze(-1) * coeff).sum(dim=1)  # [n, B]
     second = (prob * torch.einsum("itb,ibc,itc->it", coeff, gram, coeff)).sum(dim=-1)
