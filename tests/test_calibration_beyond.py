@@ -403,6 +403,27 @@ def test_trace_stops_at_a_minimum_and_one_row():
     assert len(tr.temperature) == 3 and tr.temperature.dtype == torch.float64
 
 
+def test_trace_records_only_steps_taken():
+    # R6 review: with lr = 1 the recipe converges to T* = 1.3; near it LBFGS's test
+    # g d > -1e-9 stops it before the update. The trace used to go on for all 50 calls,
+    # recording 44 rows at one T whose step_size * direction (~2e-6) was never taken
+    from softmaxbook.calibration import popular_temperature_recipe
+    z, y = _recipe_data(1.3, 5)
+    t_end, path = popular_temperature_recipe(z, y, lr=1.0)
+    tr = trace_temperature_recipe(z, y, lr=1.0)
+    assert len(tr.temperature) < 50
+    assert len(set(tr.temperature.tolist())) == len(tr.temperature)
+    steps = tr.step_size * tr.direction
+    assert torch.allclose(tr.temperature[:-1] + steps[:-1], tr.temperature[1:],
+                          rtol=0, atol=1e-15)
+    assert float(tr.final) == float(tr.temperature[-1] + steps[-1])
+    # the recipe evaluated the NLL at the point where it stopped, then took no step:
+    # the trace's rows are its iterations before that, and its final T is that point
+    n = len(tr.temperature)
+    assert torch.equal(tr.temperature, path[:n]) and len(path) == n + 1
+    assert float(tr.final) == float(path[n]) == float(t_end)
+
+
 @pytest.mark.parametrize("kwargs, exc, match", [
     ({"init": -1.0}, ValueError, "argument 'init'"),
     ({"lr": 0.0}, ValueError, "argument 'lr'"),

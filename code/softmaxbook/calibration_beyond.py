@@ -408,7 +408,9 @@ def trace_temperature_recipe(logits: torch.Tensor, labels: torch.Tensor, *, init
     ``d``, ``t``, ``prev_flat_grad``) in its state between calls, and evaluates the NLL at the
     same points in the same order, so the path is the same (the tests check it, bit for bit)
     -- except that the recipe can stop early on its tolerances (1e-9 on the change of the NLL
-    or of ``T``), which this trace does not reproduce; compare the common prefix. torch keeps a
+    or of ``T``), which this trace does not reproduce; compare the common prefix. Where LBFGS
+    finds no descent left (``g d > -1e-9``) it takes no step, and the trace ends there, as
+    the recipe does; every row's step is the one taken. torch keeps a
     pair only if ``y s > 1e-10`` and then sets ``H_diag = y s / y y``; without a pair the
     direction is ``-g`` (``H = 1``) and every step after the first is ``lr * direction``.
 
@@ -452,6 +454,12 @@ def trace_temperature_recipe(logits: torch.Tensor, labels: torch.Tensor, *, init
         state = opt.state[temperature]
         if state.get("n_iter", 0) == before:
             # converged at the start of the call (|g| <= 1e-7): LBFGS returned without a step
+            seen.pop()
+            break
+        if float(temperature) == seen[-1][0]:
+            # LBFGS computed a direction but did not step: its test g d > -1e-9 (no descent
+            # left) breaks before the update. The recipe's single call stops there too; the
+            # trace ends with it rather than record a step that was never taken
             seen.pop()
             break
         t_now, g_now = seen[-1]
