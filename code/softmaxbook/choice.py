@@ -1350,9 +1350,9 @@ def ck_gradient(alpha, beta, alpha_c, beta_c, choices, rewards, *, initial_value
         ∂ℓ/∂α_c = Σ_t (y_t − p_t) β_c E_t,     ∂ℓ/∂β_c = Σ_t (y_t − p_t) ΔK_t,
 
     ``D = ∂V/∂α`` as in :func:`rw_gradient` (the unchosen option keeps its D) and
-    ``E_t = ∂ΔK_t/∂α_c`` from ``E_0 = 0``, ``E_{t+1} = (1 − α_c) E_t + (2 y_t − 1) − ΔK_t``
-    (differentiate ``ΔK_{t+1} = (1 − α_c) ΔK_t + α_c (2 y_t − 1)``: the kernel's own past
-    carries α_c's influence forward, and the term uses the kernel *before* trial t's update).
+    ``E_t = ∂ΔK_t/∂α_c`` from a forward recursion, found by differentiating
+    ``ΔK_{t+1} = (1 − α_c) ΔK_t + α_c (2 y_t − 1)``; deriving it is chapter 2's exercise
+    ``choice-ck-grad``, so the help text does not print it.
 
     Parameters
     ----------
