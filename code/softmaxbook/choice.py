@@ -1405,13 +1405,20 @@ def fit_ck(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_ma
     Method. As :func:`fit_rw`, every (participant, start) pair is an independent problem and
     all are optimised as one batch, in unconstrained coordinates ``θ = (logit α, log β,
     logit α_c, β_c)`` kept in a box (``|logit| ≤ 15``, ``β ≤ beta_max``, ``|β_c| ≤
-    beta_c_max``). With four parameters the step is Levenberg–Marquardt's,
-    ``(F + λ diag F + λ I) δ = g`` (F the Fisher matrix of :func:`ck_gradient`'s terms, a
-    positive semi-definite stand-in for −H): a step that lowers ℓ is rejected and λ grows
-    ×4, an accepted one shrinks it ×3, so ℓ never decreases from a start. A pair stops when
-    an accepted step changes ℓ by less than 1e-10 (1 + |ℓ|) with a small gradient, or when
-    λ exceeds 1e12 (no uphill step left). Pass the plain learner's fit as a start
-    (``β_c = 0``) to make sure the fit is at least as good as :func:`fit_rw`'s.
+    beta_c_max``). The step is a damped saddle-free Newton step,
+    ``(|H| + λ diag|H| + λ I) δ = g``, with H the exact Hessian in θ (forward sensitivities
+    to second order: ∂²V/∂α² and ∂²ΔK/∂α_c²) and ``|H|`` the matrix with H's eigenvalues
+    replaced by their absolute values (floored at 1e-10 of the largest): Newton's step where
+    ℓ is concave, still uphill where it is not. A step that lowers ℓ is rejected and λ grows
+    ×4, an accepted one shrinks it ×3 (Levenberg–Marquardt's rule, λ from 1e-3), so ℓ never
+    decreases from a start. A coordinate at the box whose gradient points outward takes no
+    step. A pair stops when an accepted step changes ℓ by less than 1e-10 (1 + |ℓ|) and the
+    largest gradient component is below 1e-5 (1 + |ℓ|), when three accepted steps in a row
+    gain less than ``ftol`` (1 + |ℓ|) together (a crawl along a ridge, e.g. α_c unidentified
+    when β_c ≈ 0), or when λ exceeds 1e12 (no uphill step left); ``converged`` is False for
+    pairs stopped by ``max_iter``, and for those stopped by λ with a gradient that is not
+    small. Pass the plain learner's fit as a start (``β_c = 0``) to make sure the fit is at
+    least as good as :func:`fit_rw`'s.
 
     Parameters
     ----------
@@ -1425,7 +1432,11 @@ def fit_ck(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_ma
     beta_max, beta_c_max : float
         Bounds on β and |β_c|.
     max_iter : int
+        Iteration limit (one pass over the trials per iteration, for all pairs at once).
+    ftol : float
+        Relative gain below which three accepted steps count as a crawl (see Method).
     initial_value : float
+        Value of both options before trial 0 (the kernel starts at 0).
 
     Returns
     -------
