@@ -716,3 +716,255 @@ def test_map_bad_prior_more():
         fit_rw(c, r, generator=g, prior=((0.0, 1.0), (1e-200, 1.0)))
     with pytest.raises(TypeError, match="got a tuple of length 4"):
         fit_rw(c, r, generator=g, prior=(0.0, 1.0, 1.0, 1.0))
+
+
+# ---------------------------------------------------------------- learner with a choice kernel
+# (Wilson & Collins 2019, model 5): simulate_ck, ck_log_likelihood, ck_gradient, fit_ck
+
+from softmaxbook.choice import ck_gradient, ck_log_likelihood, fit_ck, simulate_ck  # noqa: E402
+
+
+def ck_data(S=4, T=40, seed=0, beta_c=None):
+    g = torch.Generator().manual_seed(seed)
+    a = 0.05 + 0.9 * torch.rand(S, generator=g, dtype=D)
+    b = 5 * torch.rand(S, generator=g, dtype=D)
+    ac = 0.05 + 0.9 * torch.rand(S, generator=g, dtype=D)
+    bc = 4 * torch.rand(S, generator=g, dtype=D) - 2 if beta_c is None else beta_c
+    c, r = simulate_ck(a, b, ac, bc, PROBS, T, generator=g)
+    return (a, b, ac, bc), c, r
+
+
+def test_ck_log_likelihood_by_hand():
+    # T = 3, α = 0.5, β = 2, α_c = 0.4, β_c = 1.5; choices 1, 1, 0; rewards 1, 0, 1
+    a, b, ac, bc = 0.5, 2.0, 0.4, 1.5
+    c = torch.tensor([[1, 1, 0]])
+    r = torch.tensor([[1.0, 0.0, 1.0]], dtype=D)
+    V, dK, ll = [0.0, 0.0], 0.0, 0.0
+    for ct, rt in zip([1, 1, 0], [1.0, 0.0, 1.0]):
+        eta = b * (V[1] - V[0]) + bc * dK
+        p = 1 / (1 + math.exp(-eta))
+        ll += math.log(p if ct == 1 else 1 - p)
+        V[ct] += a * (rt - V[ct])
+        dK += ac * ((2 * ct - 1) - dK)
+    got = ck_log_likelihood(*(torch.tensor([x], dtype=D) for x in (a, b, ac, bc)), c, r)
+    assert abs(float(got) - ll) < 1e-14
+
+
+def test_ck_reduces_to_rw_without_kernel():
+    (a, b, ac, _), c, r = ck_data(S=3, T=50, beta_c=torch.zeros(3, dtype=D))
+    z = torch.zeros(3, dtype=D)
+    assert torch.equal(ck_log_likelihood(a, b, ac, z, c, r), rw_log_likelihood(a, b, c, r))
+    g = ck_gradient(a, b, ac, z, c, r)
+    torch.testing.assert_close(g[0], rw_gradient(a, b, c, r)[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g[1], rw_gradient(a, b, c, r)[1], rtol=1e-12, atol=1e-12)
+    assert torch.all(g[2] == 0)  # α_c has no effect when β_c = 0
+
+
+def test_ck_gradient_matches_autograd_and_finite_differences():
+    th, c, r = ck_data(S=5, T=80, seed=1)
+    leaves = [x.clone().requires_grad_() for x in th]
+    ck_log_likelihood(*leaves, c, r).sum().backward()
+    mine = ck_gradient(*th, c, r)
+    h = 1e-6
+    for i, (leaf, gi) in enumerate(zip(leaves, mine)):
+        torch.testing.assert_close(gi, leaf.grad, rtol=1e-10, atol=1e-10)
+        up = [x + h * (j == i) for j, x in enumerate(th)]
+        down = [x - h * (j == i) for j, x in enumerate(th)]
+        fd = (ck_log_likelihood(*up, c, r) - ck_log_likelihood(*down, c, r)) / (2 * h)
+        torch.testing.assert_close(gi, fd, rtol=1e-6, atol=1e-6)
+
+
+def test_ck_gradcheck():
+    th, c, r = ck_data(S=2, T=12, seed=2)
+    leaves = tuple(x.clone().requires_grad_() for x in th)
+    assert torch.autograd.gradcheck(lambda *p: ck_log_likelihood(*p, c, r), leaves)
+
+
+def test_ck_wrong_kernel_recursions_give_wrong_gradients():
+    """The two mistakes the chapter warns about change ∂ℓ/∂α_c (so the test can fail)."""
+    th, c, r = ck_data(S=1, T=60, seed=3, beta_c=torch.tensor([1.5], dtype=D))
+    a, b, ac, bc = (float(x) for x in th)
+    right = float(ck_gradient(*th, c, r)[2])
+
+    def grad_ac(post_update=False, no_recursion=False):
+        V, dK, E, g = [0.0, 0.0], 0.0, 0.0, 0.0
+        for ct, rt in zip(c[0].tolist(), r[0].tolist()):
+            s = 2 * ct - 1
+            if post_update:
+                E, dK = (1 - ac) * E + s - dK, dK + ac * (s - dK)
+            p = 1 / (1 + math.exp(-(b * (V[1] - V[0]) + bc * dK)))
+            g += (ct - p) * bc * E
+            if not post_update:
+                E = (0.0 if no_recursion else (1 - ac) * E) + s - dK
+                dK += ac * (s - dK)
+            V[ct] += a * (rt - V[ct])
+        return g
+
+    assert abs(grad_ac() - right) < 1e-10
+    assert abs(grad_ac(post_update=True) - right) > 0.05 * abs(right)
+    assert abs(grad_ac(no_recursion=True) - right) > 0.05 * abs(right)
+
+
+def test_ck_one_row_equals_its_row_in_a_batch():
+    th, c, r = ck_data(S=4, T=30, seed=4)
+    ll = ck_log_likelihood(*th, c, r)
+    g = ck_gradient(*th, c, r)
+    for s in range(4):
+        one = [x[s:s + 1] for x in th]
+        assert torch.equal(ck_log_likelihood(*one, c[s:s + 1], r[s:s + 1]), ll[s:s + 1])
+        for gi, gj in zip(ck_gradient(*one, c[s:s + 1], r[s:s + 1]), g):
+            torch.testing.assert_close(gi, gj[s:s + 1], rtol=1e-13, atol=1e-13)
+
+
+def test_ck_near_certain_and_extreme_parameters_stay_finite():
+    # β and β_c huge: η is in the thousands, every choice nearly certain (or nearly impossible)
+    th, c, r = ck_data(S=3, T=40, seed=5)
+    big = (th[0], torch.full((3,), 1e4, dtype=D), th[2], torch.tensor([1e4, -1e4, 0.0],
+                                                                      dtype=D))
+    ll = ck_log_likelihood(*big, c, r)
+    assert torch.isfinite(ll).all() and torch.all(ll <= 0)
+    assert all(torch.isfinite(x).all() for x in ck_gradient(*big, c, r))
+    # α and α_c at 0 and 1, one trial
+    edge = tuple(torch.tensor([v], dtype=D) for v in (1.0, 2.0, 0.0, 1.0))
+    assert torch.isfinite(ck_log_likelihood(*edge, c[:1, :1], r[:1, :1])).all()
+    assert abs(float(ck_log_likelihood(*edge, c[:1, :1], r[:1, :1])) - math.log(0.5)) < 1e-15
+
+
+def test_ck_float32_and_bfloat16_inputs():
+    th, c, r = ck_data(S=3, T=30, seed=6)
+    ll64 = ck_log_likelihood(*th, c, r)
+    ll32 = ck_log_likelihood(*(x.float() for x in th), c, r.float())
+    assert ll32.dtype == torch.float32
+    torch.testing.assert_close(ll32.double(), ll64, rtol=1e-5, atol=1e-4)
+    g16 = ck_gradient(*(x.bfloat16() for x in th), c, r.bfloat16())
+    assert all(x.dtype == torch.bfloat16 and torch.isfinite(x.float()).all() for x in g16)
+    g16h = ck_gradient(*(x.half() for x in th), c, r.half())
+    assert g16h[3].dtype == torch.float16
+    c16, r16 = simulate_ck(*(x.half() for x in th), PROBS, 5,
+                           generator=torch.Generator().manual_seed(0))
+    assert r16.dtype == torch.float16 and c16.dtype == torch.long
+
+
+def test_ck_simulated_choices_follow_the_model():
+    """P(c_1 = 1 | c_0, r_0) = σ(β ΔV_1 + β_c ΔK_1) for each of the four (c_0, r_0) cells.
+
+    20000 identical participants; each cell's count of c_1 = 1 is binomial, and we require it
+    within 5 sd of the exact mean (false alarm ≤ 4 × 6e-7). The same test rejects the data of
+    the plain learner (β_c = 0) against the kernel model's probabilities (z ≈ 20 and more).
+    """
+    S = 20000
+    a, b, ac, bc = 0.5, 2.0, 0.6, 1.5
+    par = [torch.full((S,), v, dtype=D) for v in (a, b, ac, bc)]
+
+    def max_z(choices, rewards):
+        out = 0.0
+        for c0 in (0, 1):
+            for r0 in (0.0, 1.0):
+                m = (choices[:, 0] == c0) & (rewards[:, 0] == r0)
+                V = [0.0, 0.0]
+                V[c0] += a * (r0 - V[c0])
+                p = 1 / (1 + math.exp(-(b * (V[1] - V[0]) + bc * ac * (2 * c0 - 1))))
+                k, n = float(choices[m, 1].sum()), int(m.sum())
+                out = max(out, abs(k - n * p) / math.sqrt(n * p * (1 - p)))
+        return out
+
+    g = torch.Generator().manual_seed(11)
+    c, r = simulate_ck(*par, PROBS, 2, generator=g)
+    assert max_z(c, r) < 5
+    par[3] = torch.zeros(S, dtype=D)
+    c0, r0 = simulate_ck(*par, PROBS, 2, generator=g)
+    assert max_z(c0, r0) > 10
+
+
+def test_ck_simulation_reproducible_and_reduces_to_rw():
+    th, _, _ = ck_data(S=3, T=5, seed=7)
+    rp = reversal_reward_probs(3, 30, 10)
+    one = simulate_ck(*th, rp, 30, generator=torch.Generator().manual_seed(3))
+    two = simulate_ck(*th, rp, 30, generator=torch.Generator().manual_seed(3))
+    assert all(torch.equal(x, y) for x, y in zip(one, two))
+    # β_c = 0 consumes the same random numbers as the plain learner and gives its data
+    z = torch.zeros(3, dtype=D)
+    ck = simulate_ck(th[0], th[1], th[2], z, rp, 30, generator=torch.Generator().manual_seed(3))
+    rw = simulate_bandit(th[0], th[1], rp, 30, generator=torch.Generator().manual_seed(3))
+    assert all(torch.equal(x, y) for x, y in zip(ck, rw))
+
+
+def test_fit_ck_finds_a_maximum_at_least_as_good_as_scipy_and_the_truth():
+    from scipy.optimize import minimize
+
+    g = torch.Generator().manual_seed(8)
+    S, T = 4, 200
+    th = (torch.tensor([0.3, 0.6, 0.2, 0.5], dtype=D), torch.tensor([3.0, 6.0, 2.0, 4.0],
+                                                                    dtype=D),
+          torch.tensor([0.3, 0.5, 0.7, 0.4], dtype=D), torch.tensor([1.0, -1.0, 2.0, 0.5],
+                                                                    dtype=D))
+    c, r = simulate_ck(*th, reversal_reward_probs(S, T, 50), T, generator=g)
+    fit = fit_ck(c, r, n_starts=4, generator=g)
+    assert fit.alpha.shape == (S,) and fit.start_log_likelihoods.shape == (S, 4)
+    assert bool(fit.converged.all())
+    assert torch.all(fit.log_likelihood >= ck_log_likelihood(*th, c, r))
+    # the reported ℓ is the model's ℓ at the estimate
+    est = (fit.alpha, fit.beta, fit.alpha_c, fit.beta_c)
+    torch.testing.assert_close(fit.log_likelihood, ck_log_likelihood(*est, c, r), rtol=0,
+                               atol=1e-9)
+    for s in range(S):
+        def nll(x, s=s):
+            # −ℓ and its gradient in θ = (logit α, log β, logit α_c, β_c), by ck_gradient
+            a, b, ac = 1 / (1 + math.exp(-x[0])), math.exp(x[1]), 1 / (1 + math.exp(-x[2]))
+            p = [torch.tensor([v], dtype=D) for v in (a, b, ac, x[3])]
+            ll = float(ck_log_likelihood(*p, c[s:s + 1], r[s:s + 1]))
+            g = [float(v) for v in ck_gradient(*p, c[s:s + 1], r[s:s + 1])]
+            jac = [g[0] * a * (1 - a), g[1] * b, g[2] * ac * (1 - ac), g[3]]
+            return -ll, [-v for v in jac]
+        best = min(minimize(nll, x0, jac=True, method="L-BFGS-B",
+                            options=dict(ftol=1e-13, gtol=1e-9, maxiter=500)).fun
+                   for x0 in ([0.0, 1.0, 0.0, 0.0], [-1.0, 1.5, 1.0, 1.0]))
+        assert float(fit.log_likelihood[s]) >= -best - 1e-6
+
+
+def test_fit_ck_from_the_plain_learner_is_never_worse():
+    (a, b, ac, bc), c, r = ck_data(S=6, T=60, seed=9)
+    f_rw = fit_rw(c, r, n_starts=2, generator=torch.Generator().manual_seed(0))
+    starts = torch.stack((f_rw.alpha, f_rw.beta, torch.full_like(a, 0.5), torch.zeros_like(a)),
+                         -1)[:, None]
+    f = fit_ck(c, r, starts=starts.float(), max_iter=5)
+    assert torch.all(f.log_likelihood >= f_rw.log_likelihood - 1e-9)
+    assert f.start_log_likelihoods.shape == (6, 1) and f.n_iter <= 5
+
+
+def test_ck_errors():
+    (a, b, ac, bc), c, r = ck_data(S=2, T=10)
+    with pytest.raises(ValueError, match=r"ck_log_likelihood: argument 'alpha_c' must lie in"):
+        ck_log_likelihood(a, b, ac + 1, bc, c, r)
+    with pytest.raises(ValueError, match="ck_gradient: argument 'beta_c' must be finite"):
+        ck_gradient(a, b, ac, torch.tensor([1.0, -math.inf], dtype=D), c, r)
+    with pytest.raises(ValueError, match="simulate_ck: argument 'beta_c' must be finite"):
+        simulate_ck(a, b, ac, torch.tensor([math.inf, 0.0], dtype=D), PROBS, 3)
+    with pytest.raises(ValueError, match="argument 'beta_c' contains NaN"):
+        ck_log_likelihood(a, b, ac, torch.tensor([1.0, math.nan], dtype=D), c, r)
+    with pytest.raises(ValueError, match="argument 'beta_c' must have the shape of 'alpha'"):
+        ck_gradient(a, b, ac, bc[:1], c, r)
+    with pytest.raises(ValueError, match="argument 'alpha_c' must have shape"):
+        ck_gradient(a, b, ac[:, None], bc, c, r)
+    with pytest.raises(ValueError, match="argument 'beta' must be >= 0"):
+        simulate_ck(a, -b - 1, ac, bc, PROBS, 3)
+    with pytest.raises(ValueError, match="argument 'rewards' must be finite"):
+        ck_log_likelihood(a, b, ac, bc, c, r.masked_fill(r == r, math.inf))
+    with pytest.raises(ValueError, match="argument 'choices' must have shape"):
+        ck_log_likelihood(a, b, ac, bc, c[:, :0], r[:, :0])
+    with pytest.raises(ValueError, match="argument 'choices' must contain only 0 and 1"):
+        fit_ck(c * 2, r)
+    with pytest.raises(TypeError, match="fit_ck: argument 'generator'"):
+        fit_ck(c, r, generator=0)
+    with pytest.raises(ValueError, match=r"fit_ck: argument 'starts' must have shape \[S, K, 4\]"):
+        fit_ck(c, r, starts=torch.full((2, 1, 2), 0.5, dtype=D))
+    with pytest.raises(ValueError, match="fit_ck: argument 'starts' needs 0 < alpha < 1"):
+        fit_ck(c, r, starts=torch.tensor([[[0.5, 1.0, 1.0, 0.0]]] * 2, dtype=D))
+    with pytest.raises(ValueError, match="fit_ck: argument 'starts' must be finite"):
+        fit_ck(c, r, starts=torch.tensor([[[0.5, 1.0, 0.5, math.inf]]] * 2, dtype=D))
+    with pytest.raises(ValueError, match="fit_ck: argument 'beta_c_max' must be > 0"):
+        fit_ck(c, r, beta_c_max=0.0)
+    with pytest.raises(ValueError, match="fit_ck: argument 'ftol' must be > 0"):
+        fit_ck(c, r, ftol=-1.0)
+    with pytest.raises(ValueError, match="fit_ck: argument 'max_iter' must be >= 1"):
+        fit_ck(c, r, max_iter=0)

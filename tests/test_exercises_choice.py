@@ -14,7 +14,8 @@ D = torch.float64
 
 
 def test_registered():
-    assert registered("choice") == ["choice-grad-alpha", "choice-second-order", "choice-valueB",
+    assert registered("choice") == ["choice-ck-grad", "choice-grad-alpha", "choice-second-order",
+                                    "choice-valueB",
                                     "choice-values", "choice-wsls-mle"]
 
 
@@ -769,3 +770,186 @@ def test_fit_wsls_help_text_does_not_print_the_exercise_answer():
     # review of the new checks, H5: help(fit_wsls) showed eps = min(2m/n, 1)
     from softmaxbook.choice import fit_wsls
     assert "2m/n" not in fit_wsls.__doc__ and "choice-wsls-mle" in fit_wsls.__doc__
+
+
+# --- choice-ck-grad: the choice kernel's gradient (∂ℓ/∂α_c, ∂ℓ/∂β_c) ------------------------
+def right_kernel(alpha, beta, alpha_c, beta_c, choices, rewards):
+    V, dK, E, g_ac, g_bc = [0.0, 0.0], 0.0, 0.0, 0.0, 0.0
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = 1 / (1 + math.exp(-(beta * (V[1] - V[0]) + beta_c * dK)))
+        g_ac += (c - p) * beta_c * E
+        g_bc += (c - p) * dK
+        s = 2 * c - 1
+        E = (1 - alpha_c) * E + s - dK
+        dK += alpha_c * (s - dK)
+        V[c] += alpha * (r - V[c])
+    return g_ac, g_bc
+
+
+def right_kernel_per_option(alpha, beta, alpha_c, beta_c, choices, rewards):
+    """Both kernel entries and their sensitivities, summed with torch, returned as a tensor."""
+    V = torch.zeros(2, dtype=D)
+    K = torch.zeros(2, dtype=D)
+    dK_da = torch.zeros(2, dtype=D)  # ∂K_k/∂α_c per option
+    terms = []
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        p = torch.sigmoid(beta * (V[1] - V[0]) + beta_c * (K[1] - K[0]))
+        terms.append(torch.stack(((c - p) * beta_c * (dK_da[1] - dK_da[0]),
+                                  (c - p) * (K[1] - K[0]))))
+        a = torch.zeros(2, dtype=D)
+        a[c] = 1.0
+        dK_da = (1 - alpha_c) * dK_da + (a - K)
+        K = K + alpha_c * (a - K)
+        V[c] = V[c] + alpha * (r - V[c])
+    return torch.stack(terms).sum(0)
+
+
+def right_kernel_numpy(alpha, beta, alpha_c, beta_c, choices, rewards):
+    import numpy as np
+    y = np.asarray(choices.tolist(), dtype=float)
+    V, dK, E, out = np.zeros(2), 0.0, 0.0, np.zeros(2)
+    for c, r, yt in zip(choices.tolist(), rewards.tolist(), y):
+        p = 1 / (1 + np.exp(-(beta * (V[1] - V[0]) + beta_c * dK)))
+        out += (yt - p) * np.array([beta_c * E, dK])
+        dK, E = dK + alpha_c * (2 * yt - 1 - dK), (1 - alpha_c) * E + (2 * yt - 1) - dK
+        V[c] += alpha * (r - V[c])
+    return [float(out[0]), float(out[1])]
+
+
+def _kernel(alpha, beta, alpha_c, beta_c, choices, rewards, *, sign=1.0, recursion=True,
+            post_update=False, chain=False, drop_dk=False, drop_s=False, no_beta_c=False,
+            chosen_only=False, target01=False, no_values=False, swap=False, e_after=False):
+    """right_kernel with one of the mistakes students make switched on."""
+    V, K, dK, E, G = [0.0, 0.0], [0.0, 0.0], 0.0, 0.0, [0.0, 0.0]
+    g_ac, g_bc = 0.0, 0.0
+
+    def update(c):
+        nonlocal dK, E
+        if chosen_only:  # the kernel treated like a value: only the chosen entry moves
+            G[c] = (1 - alpha_c) * G[c] + 1 - K[c]
+            K[c] += alpha_c * (1 - K[c])
+            dK, E = K[1] - K[0], G[1] - G[0]
+            return
+        s = c if target01 else 2 * c - 1
+        direct = (0.0 if drop_s else s) - (0.0 if drop_dk else dK)
+        if chain:
+            direct *= alpha_c
+        new_dk = dK + alpha_c * (s - dK)
+        if e_after:
+            direct = s - new_dk
+        E = ((1 - alpha_c) * E if recursion else 0.0) + direct
+        dK = new_dk
+
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        if post_update:
+            update(c)
+        eta = (0.0 if no_values else beta * (V[1] - V[0])) + beta_c * dK
+        p = 1 / (1 + math.exp(-eta))
+        g_ac += sign * (c - p) * (1.0 if no_beta_c else beta_c) * E
+        g_bc += sign * (c - p) * dK
+        if not post_update:
+            update(c)
+        V[c] += alpha * (r - V[c])
+    return (g_bc, g_ac) if swap else (g_ac, g_bc)
+
+
+def _wrong(**flag):
+    return lambda *args: _kernel(*args, **flag)
+
+
+def kernel_autograd(alpha, beta, alpha_c, beta_c, choices, rewards):
+    ac = torch.tensor(alpha_c, dtype=D, requires_grad=True)
+    bc = torch.tensor(beta_c, dtype=D, requires_grad=True)
+    V, dK, ll = [0.0, 0.0], torch.zeros((), dtype=D), torch.zeros((), dtype=D)
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        eta = beta * (V[1] - V[0]) + bc * dK
+        ll = ll + torch.nn.functional.logsigmoid(eta if c == 1 else -eta)
+        dK = dK + ac * (2 * c - 1 - dK)
+        V[c] += alpha * (r - V[c])
+    ll.backward()
+    return float(ac.grad), float(bc.grad)
+
+
+def kernel_via_likelihood(alpha, beta, alpha_c, beta_c, choices, rewards):
+    from softmaxbook.choice import ck_log_likelihood
+    p = [torch.tensor([v], dtype=D, requires_grad=True) for v in (alpha, beta, alpha_c, beta_c)]
+    ck_log_likelihood(*p, choices[None], rewards[None]).sum().backward()
+    return float(p[2].grad), float(p[3].grad)
+
+
+def kernel_package(alpha, beta, alpha_c, beta_c, choices, rewards):
+    from softmaxbook.choice import ck_gradient
+    g = ck_gradient(*(torch.tensor([v], dtype=D) for v in (alpha, beta, alpha_c, beta_c)),
+                    choices[None], rewards[None])
+    return float(g[2]), float(g[3])
+
+
+def _ll_kernel(alpha, beta, alpha_c, beta_c, choices, rewards):
+    V, dK, ll = [0.0, 0.0], 0.0, 0.0
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        eta = beta * (V[1] - V[0]) + beta_c * dK
+        ll -= math.log1p(math.exp(-eta if c == 1 else eta))
+        dK += alpha_c * (2 * c - 1 - dK)
+        V[c] += alpha * (r - V[c])
+    return ll
+
+
+def kernel_central_difference(alpha, beta, alpha_c, beta_c, choices, rewards):
+    h = 1e-6
+    f = _ll_kernel
+    return ((f(alpha, beta, alpha_c + h, beta_c, choices, rewards)
+             - f(alpha, beta, alpha_c - h, beta_c, choices, rewards)) / (2 * h),
+            (f(alpha, beta, alpha_c, beta_c + h, choices, rewards)
+             - f(alpha, beta, alpha_c, beta_c - h, choices, rewards)) / (2 * h))
+
+
+def kernel_float32(alpha, beta, alpha_c, beta_c, choices, rewards):
+    g = right_kernel_per_option(alpha, beta, alpha_c, beta_c, choices.clone(),
+                                rewards.float())
+    return g.float()
+
+
+def test_kernel_accepts_right_answers(capsys):
+    assert check("choice-ck-grad", right_kernel)
+    assert check("choice-ck-grad", right_kernel_per_option)
+    assert check("choice-ck-grad", right_kernel_numpy)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "correct on 8 test cases" in printed
+
+
+def test_kernel_float32_answer_is_really_off():
+    # the float32 answer is wrong only in digits: make sure the check sees a difference
+    from softmaxbook.exercises.choice import _ck_cases
+    a, b, ac, bc, c, r, _ = _ck_cases()[0]
+    assert (torch.tensor(right_kernel(a, b, ac, bc, c, r), dtype=D)
+            - kernel_float32(a, b, ac, bc, c, r).double()).abs().max() > 1e-9
+
+
+FIRST = r"for input alpha=0.3, beta=3.0, 40 trials, alpha_c=0.3, beta_c=1.5\n  expected"
+
+
+@pytest.mark.parametrize("answer, message", [
+    (_wrong(sign=-1.0), FIRST),
+    (_wrong(recursion=False), FIRST),
+    (_wrong(post_update=True), FIRST),
+    (_wrong(chain=True), FIRST),
+    (_wrong(drop_dk=True), FIRST),
+    (_wrong(drop_s=True), FIRST),
+    (_wrong(no_beta_c=True), FIRST),
+    (_wrong(chosen_only=True), FIRST),
+    (_wrong(target01=True), FIRST),
+    (_wrong(no_values=True), FIRST),
+    (_wrong(e_after=True), FIRST),
+    (_wrong(swap=True), r"return the pair in the order"),
+    (kernel_autograd, r"calls Tensor.backward \(autograd\), which this exercise forbids"),
+    (kernel_package, r"calls softmaxbook.choice.ck_gradient"),
+    (kernel_via_likelihood, r"calls softmaxbook.choice.rw_values \(or .*ck_log_likelihood"),
+    (kernel_central_difference, r"beta_c=1.5 your gradient is .* off by .*finite difference"),
+    (kernel_float32, r"your gradient is .* off by .*float32"),
+    (lambda *a: 0.0, "should be a pair of numbers"),
+    (lambda *a: (_ for _ in ()).throw(NotImplementedError()), "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_kernel_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("choice-ck-grad", answer)

@@ -66,6 +66,11 @@ __all__ = [
     "simulate_biased",
     "fit_biased",
     "stay_probabilities",
+    "simulate_ck",
+    "ck_log_likelihood",
+    "ck_gradient",
+    "fit_ck",
+    "CKFit",
 ]
 
 
@@ -1124,3 +1129,449 @@ def stay_probabilities(choices, rewards):
     p_win = (stay * win).sum(1) / n_win
     p_loss = (stay * (1 - win)).sum(1) / n_loss
     return p_win.to(rewards.dtype), p_loss.to(rewards.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Rescorla–Wagner with a choice kernel (perseveration; Wilson & Collins 2019, model 5)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_ck_params(alpha, beta, alpha_c, beta_c, func: str):
+    """α, α_c in [0, 1], β >= 0 finite, β_c finite (any sign), all [S] on one device."""
+    alpha, beta = _check_params(alpha, beta, func)
+    alpha_c = _check_rate(alpha_c, "alpha_c", func)
+    beta_c = as_float_tensor(beta_c, "beta_c", func)
+    check_no_nan(beta_c, "beta_c", func)
+    for name, x in (("alpha_c", alpha_c), ("beta_c", beta_c)):
+        if x.shape != alpha.shape:
+            raise ValueError(
+                f"{func}: argument '{name}' must have the shape of 'alpha', [S] = "
+                f"{tuple(alpha.shape)}, got {tuple(x.shape)}"
+            )
+        if x.device != alpha.device:
+            raise ValueError(f"{func}: argument '{name}' is on {x.device} but 'alpha' is on "
+                             f"{alpha.device}")
+    if bool(torch.isinf(beta_c).any()):
+        raise ValueError(f"{func}: argument 'beta_c' must be finite, got inf")
+    return alpha, beta, alpha_c, beta_c
+
+
+def simulate_ck(alpha, beta, alpha_c, beta_c, reward_probs, n_trials, generator=None, *,
+                initial_value=0.0):
+    """Simulate Rescorla–Wagner learners with a choice kernel (perseveration).
+
+    Besides the values ``V`` of :func:`simulate_bandit`, each learner keeps a *choice kernel*
+    ``K[t, k]``, a running average of how often it chose option ``k``, which starts at 0 and
+    moves for *both* options after every choice (``a_t`` is the one-hot of ``c_t``)::
+
+        K[t+1, k] = K[t, k] + α_c (a_t,k − K[t, k]),
+        P(c_t = 1) = σ(β ΔV_t + β_c ΔK_t),   ΔK_t = K[t, 1] − K[t, 0].
+
+    ``β_c > 0`` makes the learner repeat recent choices whatever they paid (perseveration),
+    ``β_c < 0`` makes it alternate; ``β_c = 0`` is the plain learner (and then ``α_c`` has no
+    effect).
+
+    Parameters
+    ----------
+    alpha, beta : Tensor [S]
+        Learning rates in [0, 1] and inverse temperatures >= 0 of the values.
+    alpha_c, beta_c : Tensor [S]
+        The kernel's learning rates in [0, 1] and its weights (finite, any sign).
+    reward_probs : Tensor [2], [S, 2] or [S, T, 2]
+        As in :func:`simulate_bandit`.
+    n_trials : int
+    generator : torch.Generator, optional
+    initial_value : float
+        Value of both options before trial 0 (the kernel starts at 0).
+
+    Returns
+    -------
+    choices : Tensor [S, T], int64;  rewards : Tensor [S, T], dtype of the parameters
+
+    References
+    ----------
+    Wilson & Collins (2019), model 5 ("Rescorla Wagner + choice kernel") and their Box 2.
+    """
+    func = "simulate_ck"
+    alpha, beta, alpha_c, beta_c = _check_ck_params(alpha, beta, alpha_c, beta_c, func)
+    n_trials = check_int(n_trials, "n_trials", func, minimum=1)
+    initial_value = _check_initial_value(initial_value, func)
+    check_generator(generator, alpha.device, func)
+    S, dev = alpha.shape[0], alpha.device
+    out_dtype = torch.promote_types(torch.promote_types(alpha.dtype, beta.dtype),
+                                    torch.promote_types(alpha_c.dtype, beta_c.dtype))
+    dtype = _work_dtype(out_dtype)
+    probs = _check_reward_probs(reward_probs, S, n_trials, func, dev).to(dtype)
+    a, b = alpha.to(dtype), beta.to(dtype)
+    ac, bc = alpha_c.to(dtype), beta_c.to(dtype)
+    u = torch.rand((2, n_trials, S), generator=generator, device=dev, dtype=dtype)
+    V = torch.full((S, 2), initial_value, device=dev, dtype=dtype)
+    dK = torch.zeros(S, device=dev, dtype=dtype)  # K[t, 1] − K[t, 0]
+    choices = torch.empty((n_trials, S), device=dev, dtype=torch.long)
+    rewards = torch.empty((n_trials, S), device=dev, dtype=dtype)
+    rows = torch.arange(S, device=dev)
+    for t in range(n_trials):
+        p1 = torch.sigmoid(b * (V[:, 1] - V[:, 0]) + bc * dK)  # before trial t's outcome
+        c = (u[0, t] < p1).long()
+        r = (u[1, t] < probs[t, rows, c]).to(dtype)
+        V[rows, c] += a * (r - V[rows, c])
+        # both kernel entries move: ΔK moves toward a_t,1 − a_t,0 = 2 c_t − 1
+        dK = dK + ac * ((2 * c - 1).to(dtype) - dK)
+        choices[t], rewards[t] = c, r
+    return choices.T.contiguous(), rewards.T.contiguous().to(out_dtype)
+
+
+def ck_log_likelihood(alpha, beta, alpha_c, beta_c, choices, rewards, *, initial_value=0.0):
+    """Log-likelihood of each participant's choices under the learner with a choice kernel.
+
+    ``ℓ = Σ_t log σ((2 y_t − 1) η_t)`` with ``η_t = β ΔV_t + β_c ΔK_t`` (see
+    :func:`simulate_ck`); the kernel difference follows
+    ``ΔK_{t+1} = (1 − α_c) ΔK_t + α_c (2 y_t − 1)`` from ``ΔK_0 = 0``.
+
+    Parameters
+    ----------
+    alpha, beta, alpha_c, beta_c : Tensor [S]
+    choices, rewards : Tensor [S, T]
+    initial_value : float
+
+    Returns
+    -------
+    Tensor [S]
+        Differentiable in all four parameters by autograd (used to check :func:`ck_gradient`).
+        With ``beta_c = 0`` it equals :func:`rw_log_likelihood`.
+
+    References
+    ----------
+    Wilson & Collins (2019), model 5; Daw (2011), section 2.
+    """
+    func = "ck_log_likelihood"
+    alpha, beta, alpha_c, beta_c = _check_ck_params(alpha, beta, alpha_c, beta_c, func)
+    choices, rewards = _check_data(choices, rewards, func, S=alpha.shape[0], device=alpha.device)
+    initial_value = _check_initial_value(initial_value, func)
+    V = _values(alpha, choices, rewards, initial_value)
+    dtype = _work_dtype(V.dtype, beta.dtype, alpha_c.dtype, beta_c.dtype)
+    sign = 2 * choices.to(dtype) - 1  # [S, T]
+    ac = alpha_c.to(dtype)
+    dK = torch.zeros_like(ac)
+    kernel = []
+    for t in range(choices.shape[1]):
+        kernel.append(dK)
+        dK = dK + ac * (sign[:, t] - dK)
+    eta = (beta.to(dtype).unsqueeze(-1) * (V[..., 1] - V[..., 0]).to(dtype)
+           + beta_c.to(dtype).unsqueeze(-1) * torch.stack(kernel, 1))
+    # log σ(±η) is exact for any η (log(sigmoid(η)) gives log 0 for η < −745)
+    ll = F.logsigmoid(sign * eta).sum(-1)
+    out = torch.promote_types(torch.promote_types(alpha.dtype, beta.dtype),
+                              torch.promote_types(alpha_c.dtype, beta_c.dtype))
+    return ll.to(torch.promote_types(out, rewards.dtype))
+
+
+def _ck_features(alpha, alpha_c, y, r, initial_value, order=1):
+    """Per-trial features before each outcome, by forward recursions: [T, 4, N]
+    (ΔV, ΔD, ΔK, E) for order 1, [T, 6, N] (…, ΔF, E₂) for order 2.
+
+    y, r : [T, N]. D = ∂V/∂α (the chosen option: D' = r − V + (1 − α) D, the other keeps
+    its D); E = ∂ΔK/∂α_c, from ΔK' = (1 − α_c) ΔK + α_c s with s = 2y − 1:
+    E' = (1 − α_c) E + s − ΔK. Both use the state *before* the update (old V, old ΔK).
+    Second order: F = ∂²V/∂α², F' = F + m (−2D − α F); E₂ = ∂²ΔK/∂α_c²,
+    E₂' = E₂ − 2E − α_c E₂.
+
+    The three quantities that move, Z = (V_0, V_1, ΔK), share one form, and so do their
+    sensitivities G = (D_0, D_1, E) and H = (F_0, F_1, E₂): with the mask m = (1 − y, y, 1),
+    the rate a = (α, α, α_c) and the target R = (r, r, s), ``u = R − Z``,
+    ``H' = H − m (2G + a H)``, ``G' = G + m (u − a G)``, ``Z' = Z + m a u``: a few tensor
+    operations per trial for all learners (the loop is dispatch-bound, so fewer operations
+    is faster).
+    """
+    T, N = y.shape
+    dev, dtype = alpha.device, alpha.dtype
+    n_state = 1 + order
+    rate = torch.stack((alpha, alpha, alpha_c))  # [3, N]
+    mask = torch.stack((1 - y, y, torch.ones_like(y)), 1)  # [T, 3, N]
+    target = torch.stack((r, r, 2 * y - 1), 1)  # [T, 3, N]
+    m_rate = mask * rate
+    buf = torch.empty((T + 1, n_state, 3, N), device=dev, dtype=dtype)  # state before trial
+    buf[0] = 0.0
+    buf[0, 0, :2] = initial_value
+    for t in range(T):
+        Z, G = buf[t, 0], buf[t, 1]
+        if order == 2:
+            # H' = H − m (2G + a H), from the old G and H
+            w = torch.addcmul(2 * G, rate, buf[t, 2])
+            torch.addcmul(buf[t, 2], mask[t], w, value=-1, out=buf[t + 1, 2])
+        u = target[t] - Z
+        # G' = G + m (u − a G) and Z' = Z + m a u, from the old Z and G (the right order)
+        torch.addcmul(G, mask[t], torch.addcmul(u, rate, G, value=-1), out=buf[t + 1, 1])
+        torch.addcmul(Z, m_rate[t], u, out=buf[t + 1, 0])
+    X = buf[:T]
+    cols = [X[:, 0, 1] - X[:, 0, 0], X[:, 1, 1] - X[:, 1, 0], X[:, 0, 2], X[:, 1, 2]]
+    if order == 2:
+        cols += [X[:, 2, 1] - X[:, 2, 0], X[:, 2, 2]]
+    return torch.stack(cols, 1)
+
+
+def _ck_derivatives(alpha, beta, alpha_c, beta_c, y, r, initial_value, order=1):
+    """ℓ [N], its gradient [N, 4] in (α, β, α_c, β_c) and (order 2) its Hessian [N, 4, 4].
+
+    With η_t = β ΔV_t + β_c ΔK_t: ∇ℓ = Σ_t (y_t − p_t) ∇η_t and
+    ∇²ℓ = −Σ_t p_t (1 − p_t) ∇η_t ∇η_tᵀ + Σ_t (y_t − p_t) ∇²η_t, where ∇η_t =
+    (β ΔD, ΔV, β_c E, ΔK) and the non-zero entries of ∇²η_t are ∂αα = β ΔF, ∂αβ = ΔD,
+    ∂α_cα_c = β_c E₂, ∂α_cβ_c = E.
+    """
+    X = _ck_features(alpha, alpha_c, y, r, initial_value, order=order)
+    dV, dD, dK, E = X[:, :4].unbind(1)
+    eta = beta * dV + beta_c * dK
+    ll = F.logsigmoid((2 * y - 1) * eta).sum(0)
+    p = torch.sigmoid(eta)
+    res = y - p
+    J = torch.stack((beta * dD, dV, beta_c * E, dK), -1)  # [T, N, 4]: ∇η_t
+    g = torch.einsum("tn,tnk->nk", res, J)
+    if order == 1:
+        return ll, g, None
+    hess = -torch.einsum("tn,tnk,tnl->nkl", p * (1 - p), J, J)
+    dF, E2 = X[:, 4], X[:, 5]
+    s_aa, s_ab = (res * beta * dF).sum(0), (res * dD).sum(0)
+    s_cc, s_cd = (res * beta_c * E2).sum(0), (res * E).sum(0)
+    hess[:, 0, 0] += s_aa
+    hess[:, 0, 1] += s_ab
+    hess[:, 1, 0] += s_ab
+    hess[:, 2, 2] += s_cc
+    hess[:, 2, 3] += s_cd
+    hess[:, 3, 2] += s_cd
+    return ll, g, hess
+
+
+def ck_gradient(alpha, beta, alpha_c, beta_c, choices, rewards, *, initial_value=0.0):
+    """Analytic gradient of :func:`ck_log_likelihood` by forward sensitivities (no autograd).
+
+    With ``η_t = β ΔV_t + β_c ΔK_t`` and ``y_t − p_t = ∂ℓ_t/∂η_t``::
+
+        ∂ℓ/∂α   = Σ_t (y_t − p_t) β ΔD_t,      ∂ℓ/∂β   = Σ_t (y_t − p_t) ΔV_t,
+        ∂ℓ/∂α_c = Σ_t (y_t − p_t) β_c E_t,     ∂ℓ/∂β_c = Σ_t (y_t − p_t) ΔK_t,
+
+    ``D = ∂V/∂α`` as in :func:`rw_gradient` (the unchosen option keeps its D) and
+    ``E_t = ∂ΔK_t/∂α_c`` from a forward recursion, found by differentiating
+    ``ΔK_{t+1} = (1 − α_c) ΔK_t + α_c (2 y_t − 1)``; deriving it is chapter 2's exercise
+    ``choice-ck-grad``, so the help text does not print it.
+
+    Parameters
+    ----------
+    alpha, beta, alpha_c, beta_c : Tensor [S]
+    choices, rewards : Tensor [S, T]
+    initial_value : float
+
+    Returns
+    -------
+    (Tensor [S], Tensor [S], Tensor [S], Tensor [S])
+        ``∂ℓ/∂α, ∂ℓ/∂β, ∂ℓ/∂α_c, ∂ℓ/∂β_c`` in the parameters' dtype (computed in at least
+        float32). Not differentiable.
+
+    References
+    ----------
+    Wilson & Collins (2019), model 5; Williams & Zipser (1989) (forward sensitivities).
+    """
+    func = "ck_gradient"
+    alpha, beta, alpha_c, beta_c = _check_ck_params(alpha, beta, alpha_c, beta_c, func)
+    choices, rewards = _check_data(choices, rewards, func, S=alpha.shape[0], device=alpha.device)
+    initial_value = _check_initial_value(initial_value, func)
+    out = torch.promote_types(torch.promote_types(alpha.dtype, beta.dtype),
+                              torch.promote_types(alpha_c.dtype, beta_c.dtype))
+    out = torch.promote_types(out, rewards.dtype)
+    dtype = _work_dtype(out)
+    with torch.no_grad():
+        _, g, _ = _ck_derivatives(*(x.detach().to(dtype) for x in (alpha, beta, alpha_c, beta_c)),
+                                  choices.T.to(dtype), rewards.T.to(dtype), initial_value)
+    return tuple(g[:, i].to(out) for i in range(4))
+
+
+class CKFit(NamedTuple):
+    """Result of :func:`fit_ck`, one entry per participant (best start)."""
+
+    alpha: torch.Tensor  #: [S] learning rate of the values
+    beta: torch.Tensor  #: [S] inverse temperature of the values
+    alpha_c: torch.Tensor  #: [S] learning rate of the choice kernel
+    beta_c: torch.Tensor  #: [S] weight of the choice kernel
+    log_likelihood: torch.Tensor  #: [S] ℓ at the estimate
+    converged: torch.Tensor  #: [S] bool
+    start_log_likelihoods: torch.Tensor  #: [S, K] ℓ reached from each start
+    n_iter: int  #: iterations until the last start converged
+
+
+def fit_ck(choices, rewards, n_starts=5, generator=None, *, starts=None, beta_max=100.0,
+           beta_c_max=20.0, max_iter=200, ftol=1e-8, initial_value=0.0):
+    """Maximum-likelihood (α, β, α_c, β_c) of the learner with a choice kernel, for every
+    participant at once, from several starting points.
+
+    Method. As :func:`fit_rw`, every (participant, start) pair is an independent problem and
+    all are optimised as one batch, in unconstrained coordinates ``θ = (logit α, log β,
+    logit α_c, β_c)`` kept in a box (``|logit| ≤ 15``, ``β ≤ beta_max``, ``|β_c| ≤
+    beta_c_max``). The step is a damped saddle-free Newton step,
+    ``(|H| + λ diag|H| + λ I) δ = g``, with H the exact Hessian in θ (forward sensitivities
+    to second order: ∂²V/∂α² and ∂²ΔK/∂α_c²) and ``|H|`` the matrix with H's eigenvalues
+    replaced by their absolute values (floored at 1e-10 of the largest): Newton's step where
+    ℓ is concave, still uphill where it is not. A step that lowers ℓ is rejected and λ grows
+    ×4, an accepted one shrinks it ×3 (Levenberg–Marquardt's rule, λ from 1e-3), so ℓ never
+    decreases from a start. A coordinate at the box whose gradient points outward takes no
+    step. A pair stops when an accepted step changes ℓ by less than 1e-10 (1 + |ℓ|) and the
+    largest gradient component is below 1e-5 (1 + |ℓ|), when three accepted steps in a row
+    gain less than ``ftol`` (1 + |ℓ|) together (a crawl along a ridge, e.g. α_c unidentified
+    when β_c ≈ 0), or when λ exceeds 1e12 (no uphill step left); ``converged`` is False for
+    pairs stopped by ``max_iter``, and for those stopped by λ with a gradient that is not
+    small. Pass the plain learner's fit as a start (``β_c = 0``) to make sure the fit is at
+    least as good as :func:`fit_rw`'s.
+
+    Parameters
+    ----------
+    choices, rewards : Tensor [S, T]
+    n_starts : int
+        Random starts per participant (``α, α_c ~ U(0.05, 0.95)``, ``log β ~ U(log 0.5,
+        log 20)``, ``β_c ~ U(−2, 2)``), ignored when ``starts`` is given.
+    generator : torch.Generator, optional
+    starts : Tensor [S, K, 4], optional
+        Explicit starts ``(α, β, α_c, β_c)`` (α, α_c in (0, 1), β > 0, β_c finite).
+    beta_max, beta_c_max : float
+        Bounds on β and |β_c|.
+    max_iter : int
+        Iteration limit (one pass over the trials per iteration, for all pairs at once).
+    ftol : float
+        Relative gain below which three accepted steps count as a crawl (see Method).
+    initial_value : float
+        Value of both options before trial 0 (the kernel starts at 0).
+
+    Returns
+    -------
+    CKFit
+        ``alpha, beta, alpha_c, beta_c, log_likelihood, converged`` ([S], rewards' dtype),
+        ``start_log_likelihoods`` [S, K], ``n_iter``. Runs in float64.
+
+    References
+    ----------
+    Wilson & Collins (2019), model 5 and rule 4 (restarts); Daw (2011); Nocedal & Wright
+    (2006), ch. 10.3 (Levenberg–Marquardt); Dauphin et al. (2014) (saddle-free Newton).
+    """
+    func = "fit_ck"
+    choices, rewards = _check_data(choices, rewards, func)
+    initial_value = _check_initial_value(initial_value, func)
+    max_iter = check_int(max_iter, "max_iter", func, minimum=1)
+    beta_max = check_positive_number(beta_max, "beta_max", func)
+    beta_c_max = check_positive_number(beta_c_max, "beta_c_max", func)
+    ftol = check_positive_number(ftol, "ftol", func)
+    if beta_max <= math.exp(_B_MIN):
+        raise ValueError(f"{func}: argument 'beta_max' must be > {math.exp(_B_MIN):.3g}, "
+                         f"got {beta_max}")
+    dev, dtype = choices.device, torch.float64
+    S, T = choices.shape
+    if starts is None:
+        K = check_int(n_starts, "n_starts", func, minimum=1)
+        check_generator(generator, dev, func)
+        u = torch.rand((S, K, 4), generator=generator, device=dev, dtype=dtype)
+        starts = torch.stack((
+            0.05 + 0.9 * u[..., 0],
+            torch.exp(math.log(0.5) + (math.log(20.0) - math.log(0.5)) * u[..., 1]),
+            0.05 + 0.9 * u[..., 2],
+            4 * u[..., 3] - 2,
+        ), -1)
+    else:
+        starts = as_float_tensor(starts, "starts", func)
+        if starts.dim() != 3 or starts.shape[0] != S or starts.shape[2] != 4 \
+                or starts.shape[1] < 1:
+            raise ValueError(f"{func}: argument 'starts' must have shape [S, K, 4] with S={S}, "
+                             f"got {tuple(starts.shape)}")
+        check_no_nan(starts, "starts", func)
+        if bool(torch.isinf(starts).any()):
+            raise ValueError(f"{func}: argument 'starts' must be finite")
+        ok = ((starts[..., 0] > 0) & (starts[..., 0] < 1) & (starts[..., 1] > 0)
+              & (starts[..., 2] > 0) & (starts[..., 2] < 1))
+        if not bool(ok.all()):
+            raise ValueError(f"{func}: argument 'starts' needs 0 < alpha < 1, beta > 0 and "
+                             "0 < alpha_c < 1")
+        starts = starts.to(device=dev, dtype=dtype)
+        K = starts.shape[1]
+    s = starts.reshape(S * K, 4)
+    lo = torch.tensor([-_A_MAX, _B_MIN, -_A_MAX, -beta_c_max], dtype=dtype, device=dev)
+    hi = torch.tensor([_A_MAX, math.log(beta_max), _A_MAX, beta_c_max], dtype=dtype, device=dev)
+    theta = torch.stack((torch.logit(s[:, 0]), s[:, 1].log(), torch.logit(s[:, 2]), s[:, 3]),
+                        -1)
+    theta = torch.minimum(torch.maximum(theta, lo), hi)
+    y = choices.T.to(dtype).repeat_interleave(K, dim=1)  # [T, N], column n = participant n // K
+    r = rewards.T.to(dtype).repeat_interleave(K, dim=1)
+
+    def evaluate(th, cols):
+        a, b = torch.sigmoid(th[:, 0]), torch.exp(th[:, 1])
+        ac, bc = torch.sigmoid(th[:, 2]), th[:, 3]
+        ll, g, hess = _ck_derivatives(a, b, ac, bc, y[:, cols], r[:, cols], initial_value,
+                                      order=2)
+        # chain rule to θ: dα/da = α(1 − α), dβ/db = β, dα_c/da_c = α_c(1 − α_c), dβ_c = 1,
+        # and the second derivatives α(1 − α)(1 − 2α), β, …, 0 times the gradient
+        jac = torch.stack((a * (1 - a), b, ac * (1 - ac), torch.ones_like(bc)), -1)
+        d2 = torch.stack((a * (1 - a) * (1 - 2 * a), b, ac * (1 - ac) * (1 - 2 * ac),
+                          torch.zeros_like(bc)), -1)
+        hess = hess * jac.unsqueeze(-1) * jac.unsqueeze(-2) + torch.diag_embed(g * d2)
+        # saddle-free: −H with its eigenvalues replaced by their absolute values (floored),
+        # a positive definite curvature that is Newton's where ℓ is concave (Dauphin et al.
+        # 2014), so that the step goes uphill everywhere
+        evals, evecs = torch.linalg.eigh(-hess)
+        absval = evals.abs()
+        absval = torch.maximum(absval, 1e-10 * absval.amax(-1, keepdim=True) + 1e-300)
+        curv = evecs @ torch.diag_embed(absval) @ evecs.transpose(-1, -2)
+        return ll, g * jac, curv
+
+    N = theta.shape[0]
+    with torch.no_grad():
+        all_cols = torch.arange(N, device=dev)
+        ll, g, curv = evaluate(theta, all_cols)
+        lam = torch.full((N,), 1e-3, dtype=dtype, device=dev)
+        converged = torch.zeros(N, dtype=torch.bool, device=dev)
+        active = all_cols.clone()
+        eye = torch.eye(4, dtype=dtype, device=dev)
+        ll_mark = ll.clone()
+        n_acc = torch.zeros(N, dtype=torch.long, device=dev)
+        n_iter = 0
+        for n_iter in range(1, max_iter + 1):
+            th, gg, ff, lm = theta[active], g[active], curv[active], lam[active]
+            # a coordinate at the box whose gradient pushes outward gets no step
+            fixed = ((th >= hi) & (gg > 0)) | ((th <= lo) & (gg < 0))
+            gg = gg.masked_fill(fixed, 0.0)
+            free = (~fixed).to(dtype)
+            ff = ff * free.unsqueeze(-1) * free.unsqueeze(-2)
+            diag = torch.diagonal(ff, dim1=-2, dim2=-1)
+            A = ff + lm[:, None, None] * (torch.diag_embed(diag) + eye)
+            step = torch.linalg.solve(A, gg.unsqueeze(-1)).squeeze(-1)
+            th_new = torch.minimum(torch.maximum(th + step, lo), hi)
+            ll_new, g_new, f_new = evaluate(th_new, active)
+            scale = 1 + ll[active].abs()
+            accept = torch.isfinite(ll_new) & (ll_new >= ll[active] - 1e-13 * scale)
+            idx = active[accept]
+            gain = (ll_new - ll[active]).abs()
+            theta[idx], g[idx], curv[idx] = th_new[accept], g_new[accept], f_new[accept]
+            ll[idx] = ll_new[accept]
+            lam[active] = torch.where(accept, lm / 3, lm * 4).clamp(min=1e-12)
+            gmax = g[active].masked_fill(fixed, 0.0).abs().amax(-1)
+            flat = gmax < 1e-5 * scale
+            small = accept & (gain < 1e-10 * scale) & flat
+            stuck = lam[active] > 1e12  # no uphill step left at any damping
+            # a crawl: three accepted steps in a row gained less than ftol (1 + |ℓ|) together
+            # (along a ridge toward the box, e.g. α_c unidentified when β_c ≈ 0). Rejected
+            # steps do not count: a run of them only means that λ is still growing.
+            n_acc[idx] += 1
+            check = accept & (n_acc[active] % 3 == 0)
+            crawl = check & ((ll[active] - ll_mark[active]) <= ftol * scale)
+            ll_mark[active[check]] = ll[active[check]]
+            done = small | stuck | crawl
+            converged[active[small | crawl | (stuck & flat)]] = True
+            active = active[~done]
+            if active.numel() == 0:
+                break
+    ll_sk = ll.reshape(S, K)
+    best = torch.nan_to_num(ll_sk, nan=-math.inf).argmax(1)
+    rows = torch.arange(S, device=dev)
+    th = theta.reshape(S, K, 4)[rows, best]
+    out = rewards.dtype
+    best_ll = ll_sk[rows, best]
+    return CKFit(
+        alpha=torch.sigmoid(th[:, 0]).to(out), beta=torch.exp(th[:, 1]).to(out),
+        alpha_c=torch.sigmoid(th[:, 2]).to(out), beta_c=th[:, 3].to(out),
+        log_likelihood=best_ll.to(out),
+        converged=converged.reshape(S, K)[rows, best] & torch.isfinite(best_ll),
+        start_log_likelihoods=ll_sk.to(out), n_iter=n_iter,
+    )

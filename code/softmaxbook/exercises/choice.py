@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from softmaxbook import choice as _choice
-from softmaxbook.choice import rw_gradient, rw_values
+from softmaxbook.choice import ck_gradient, rw_gradient, rw_values
 
 from . import _ForbiddenCall, call, check_generator, check_salt, describe, exercise, \
     expect_close, expect_true
@@ -26,8 +26,10 @@ D = torch.float64
 # however it was imported (a name bound by `from softmaxbook.choice import rw_values` in the
 # notebook's first cell still refers to the same function, which looks these up at call time).
 _PACKAGE_ROUTES = {
-    "_values": "softmaxbook.choice.rw_values (or rw_log_likelihood, which uses it)",
+    "_values": "softmaxbook.choice.rw_values (or rw_log_likelihood or ck_log_likelihood, "
+               "which use it)",
     "_derivatives": "softmaxbook.choice.rw_gradient (or fit_rw, which uses it)",
+    "_ck_features": "softmaxbook.choice.ck_gradient (or fit_ck, which uses it)",
 }
 _NO_PACKAGE = ("The exercise asks you to write the recursion yourself, with a plain loop over "
                "the trials; the package's function is what the check compares with.")
@@ -470,4 +472,105 @@ def _check_value_b(d2p_dv0):
                                 lambda i: f"p = {float(p.flatten()[i]):.12g}, "
                                           f"beta = {float(beta.flatten()[i]):.6g}",
                                 desc, "derivative", hint, 1e-3 * beta**2, digits=6)
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# choice-ck-grad: the choice kernel's gradient (∂ℓ/∂α_c, ∂ℓ/∂β_c) by the sensitivity recursion
+_KERNEL_PARAMS = ((0.3, 1.5), (0.7, -1.0), (0.1, 3.0), (0.5, 0.8), (0.9, 2.0), (0.4, -0.5),
+                  (0.2, 1.0), (0.6, 4.0))
+
+
+def _ck_cases():
+    """(alpha, beta, alpha_c, beta_c, choices, rewards, desc): _cases() with a kernel each."""
+    out = []
+    for (alpha, beta, c, r, desc), (ac, bc) in zip(_cases(), _KERNEL_PARAMS * 2):
+        out.append((alpha, beta, ac, bc, c, r, f"{desc}, alpha_c={ac}, beta_c={bc}"))
+    if check_salt():
+        g = check_generator(2031)
+        for k in range(2):
+            alpha, beta, c, r, desc = out[k][0], out[k][1], out[k][4], out[k][5], _cases()[k][4]
+            ac = round(0.05 + 0.9 * float(torch.rand((), generator=g)), 3)
+            bc = round(6 * float(torch.rand((), generator=g)) - 3, 2)
+            out.append((alpha, beta, ac, bc, c, r, f"{desc}, alpha_c={ac}, beta_c={bc}"))
+    return out
+
+
+def _ck_terms_size(alpha, beta, alpha_c, beta_c, choices, rewards):
+    """Σ_t |term_t| of each gradient component (the size of what is summed), Python floats."""
+    V, dK, E, size_a, size_b = [0.0, 0.0], 0.0, 0.0, 0.0, 0.0
+    for c, r in zip(choices.tolist(), rewards.tolist()):
+        eta = beta * (V[1] - V[0]) + beta_c * dK
+        p = 1 / (1 + math.exp(-eta)) if eta > -700 else 0.0
+        size_a += abs((c - p) * beta_c * E)
+        size_b += abs((c - p) * dK)
+        s = 2 * c - 1
+        E, dK = (1 - alpha_c) * E + s - dK, dK + alpha_c * (s - dK)
+        V[c] += alpha * (r - V[c])
+    return size_a, size_b
+
+
+def _as_pair(got):
+    """A pair of numbers (tuple, list or 2-element tensor) as a float64 [2] tensor, else got."""
+    if isinstance(got, torch.Tensor) and got.numel() == 2:
+        return got.detach().reshape(2).to(D).cpu()
+    if isinstance(got, (tuple, list)) and len(got) == 2:
+        parts = []
+        for x in got:
+            if isinstance(x, torch.Tensor) and x.numel() == 1:
+                x = x.detach().reshape(()).to(D).item()
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                return got
+            parts.append(float(x))
+        return torch.tensor(parts, dtype=D)
+    return got
+
+
+@exercise("choice-ck-grad", "the choice kernel's gradient by its sensitivity recursion")
+def _check_ck_grad(grad_kernel):
+    cases = _ck_cases()
+    for alpha, beta, ac, bc, c, r, desc in cases:
+        g = ck_gradient(*(torch.tensor([v], dtype=D) for v in (alpha, beta, ac, bc)),
+                        c[None], r[None])
+        want = torch.tensor([float(g[2]), float(g[3])], dtype=D)
+        size = _ck_terms_size(alpha, beta, ac, bc, c, r)
+        with _package_forbidden(), _complex_forbidden():
+            passed = (c.clone(), r.clone())
+            got = call(grad_kernel, alpha, beta, ac, bc, *passed, input_desc=desc,
+                       forbid=_AUTOGRAD,
+                       forbid_reason="The exercise asks for the forward sensitivity "
+                                     "recursion, written by hand in one loop (no autograd, "
+                                     "no package function, no numerical derivative).")
+        _expect_unchanged(passed, (c, r), desc)
+        pair = _as_pair(got)
+        expect_true(isinstance(pair, torch.Tensor),
+                    f"for input {desc} the result should be a pair of numbers (∂ℓ/∂α_c, "
+                    f"∂ℓ/∂β_c), as a tuple or a 2-element tensor, got {describe(got)}.")
+        # As in choice-grad-alpha: the float64 recursion agrees with the package to ~1e-15 of
+        # Σ_t |term_t|; a central finite difference is off by 1e-11 of it or more.
+        tol = torch.tensor([1e-13 * (1 + size[0]), 1e-13 * (1 + size[1])], dtype=D)
+        err = (pair - want).abs()
+        near = bool(((err > tol) & (err <= 1e-5 * (1 + torch.tensor(size, dtype=D)))).any()
+                    and (err <= 1e-5 * (1 + torch.tensor(size, dtype=D))).all())
+        expect_true(not near,
+                    f"for input {desc} your gradient is {pair.tolist()!r}, close to the "
+                    f"expected {want.tolist()!r} but off by {float(err.max()):.2g}, far more "
+                    "than rounding leaves in the float64 recursion. A finite difference of ℓ, "
+                    "or a computation in float32, gives such an error.",
+                    hint="the exercise asks for the sensitivity recursion (choice-ck-grad) run "
+                         "in float64 (Python floats): carry E = ∂ΔK/∂α_c through the loop, "
+                         "and differentiate nothing numerically.")
+        hint = ("compare your loop with (choice-ck-kernel) and (choice-ck-grad): the logit "
+                "η_t contains both the values and the kernel; trial t's term uses ΔK_t and "
+                "E_t from *before* trial t's choice is added to the kernel; both kernel "
+                "entries move after every choice, toward 1 for the option chosen and 0 for "
+                "the other; and E carries α_c's earlier influence forward.")
+        if bool((pair[[1, 0]] - want).abs().le(tol.flip(0)).all()) and not bool(
+                (pair - want).abs().le(tol).all()):
+            hint = "return the pair in the order (∂ℓ/∂α_c, ∂ℓ/∂β_c)."
+        expect_close(pair, want, input_desc=desc, rtol=0, atol=float(tol.max()),
+                     what="(∂ℓ/∂α_c, ∂ℓ/∂β_c)", hint=hint)
+        expect_true(bool((err <= tol).all()),
+                    f"for input {desc} your gradient {pair.tolist()!r} differs from the "
+                    f"expected {want.tolist()!r}.", hint=hint)
     return len(cases)
