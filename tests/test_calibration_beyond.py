@@ -8,6 +8,7 @@ import math
 import matplotlib
 
 matplotlib.use("Agg")
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -330,8 +331,26 @@ def test_class_gaussians_bad_input(kwargs, exc, match):
         class_gaussians(**args)
 
 
+def test_class_gaussians_numpy_shrinkage_and_constant_features():
+    # R6 review: np.float32(0.1) was refused as "must be a number in [0, 1]"; features
+    # without spread inside the classes were told to "pass shrinkage > 0" at s = 0.5
+    h = torch.randn(6, 2, dtype=torch.float64)
+    y = torch.tensor([0, 1, 0, 1, 0, 1])
+    want = class_gaussians(h, y, shrinkage=0.25)
+    for s in (np.float32(0.25), np.float64(0.25)):
+        got = class_gaussians(h, y, shrinkage=s)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+    with pytest.raises(ValueError, match="do not vary within the classes"):
+        class_gaussians(torch.ones(6, 2), y, shrinkage=0.5)
+
+
 def test_mahalanobis_score_bad_input():
     means, prec = torch.zeros(2, 3), torch.eye(3)
+    # R6 review: NaN means or precision gave NaN scores silently
+    with pytest.raises(ValueError, match="argument 'means'"):
+        mahalanobis_score(torch.zeros(4, 3), means * float("nan"), prec)
+    with pytest.raises(ValueError, match="argument 'precision'"):
+        mahalanobis_score(torch.zeros(4, 3), means, prec * float("inf"))
     with pytest.raises(ValueError, match="argument 'means'"):
         mahalanobis_score(torch.zeros(4, 2), means, prec)
     with pytest.raises(ValueError, match="argument 'precision'"):

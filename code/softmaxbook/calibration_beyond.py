@@ -27,6 +27,7 @@ References
 
 from __future__ import annotations
 
+import numbers
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -513,10 +514,12 @@ def class_gaussians(features: torch.Tensor, labels: torch.Tensor, *,
                          f"got shape {tuple(labels.shape)}")
     if bool((labels < 0).any()):
         raise ValueError(f"{func}: argument 'labels' must be >= 0")
-    if isinstance(shrinkage, bool) or not isinstance(shrinkage, (int, float)) \
+    # any real number (NumPy's float32 too, as numbers.Real registers it); bool is refused
+    if isinstance(shrinkage, bool) or not isinstance(shrinkage, numbers.Real) \
             or not 0 <= shrinkage <= 1:
         raise ValueError(f"{func}: argument 'shrinkage' must be a number in [0, 1], got "
                          f"{shrinkage!r}")
+    shrinkage = float(shrinkage)
     h = features.detach().double()
     y = labels.long()
     k = int(y.max()) + 1
@@ -534,6 +537,11 @@ def class_gaussians(features: torch.Tensor, labels: torch.Tensor, *,
     # a Cholesky factorisation fails exactly when the covariance is not positive definite
     chol, info = torch.linalg.cholesky_ex(cov)
     if int(info) != 0:
+        if shrinkage > 0:
+            # (1 - s) Sigma + s (tr Sigma / D) I is singular for s > 0 only if tr Sigma = 0
+            raise ValueError(f"{func}: the shared covariance is singular even with shrinkage "
+                             f"{shrinkage:g}: the features do not vary within the classes "
+                             f"(trace {float(torch.trace(cov)):.3g})")
         raise ValueError(f"{func}: the shared covariance is singular ({d} dimensions, "
                          f"{h.shape[0]} examples); pass shrinkage > 0")
     precision = torch.cholesky_inverse(chol)
@@ -554,7 +562,9 @@ def mahalanobis_score(features: torch.Tensor, means: torch.Tensor,
 
     Returns
     -------
-    Tensor (N,) in the dtype of ``features``, <= 0.
+    Tensor (N,) in the dtype of ``features``, <= 0. Computed in float64; in float16 a
+    squared distance above 65504 comes back as ``-inf`` (all such inputs tie), so pass
+    float16 features as ``features.float()`` where distances can be large.
     """
     func = "mahalanobis_score"
     as_float_tensor(features, "features", func)
@@ -569,6 +579,8 @@ def mahalanobis_score(features: torch.Tensor, means: torch.Tensor,
         raise ValueError(f"{func}: argument 'precision' must have shape ({d}, {d}), got "
                          f"{tuple(precision.shape)}")
     check_finite(features, "features", func)
+    check_finite(means, "means", func)
+    check_finite(precision, "precision", func)
     h = features.detach().double()
     diff = h[:, None, :] - means.double()[None, :, :]
     dist = torch.einsum("nkd,de,nke->nk", diff, precision.double(), diff)
