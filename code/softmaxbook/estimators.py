@@ -519,7 +519,7 @@ def gaussian_gradient_moments(f: Callable, mu: float, sigma: float, *, breaks=()
             d = torch.zeros_like(v) if d is None else d
         if not bool(torch.isfinite(d).all()):
             raise ValueError(f"{func}: the autograd derivative of argument 'f' is not finite "
-                             f"at z = {float(z[~torch.isfinite(d)][0]):.6g}")
+                             f"at z = {float(z.detach()[~torch.isfinite(d)][0]):.6g}")
         return v.detach(), d.detach()
 
     # the Gaussian: z = mu + sigma t, density phi(t)
