@@ -12,8 +12,9 @@ from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 def test_registered():
     assert registered("estimators") == ["estimators-bernoulli-score",
-                                        "estimators-ex-best-baseline", "estimators-ex-variances",
-                                        "estimators-gaussian-kl", "estimators-laplace-sampler"]
+                                        "estimators-ex-best-baseline", "estimators-ex-mv-step",
+                                        "estimators-ex-variances", "estimators-gaussian-kl",
+                                        "estimators-laplace-sampler"]
 
 
 def stub(*args):
@@ -545,3 +546,110 @@ def test_laplace_float32_gradient_is_rejected_under_the_graders_salt(salt):
 
     with salted(salt), pytest.raises(ExerciseCheckFailed, match="(?s)/d scale.*float32"):
         check("estimators-laplace-sampler", sign_times_exponential)
+
+
+# --- estimators-ex-mv-step: Var of the coupled measure-valued estimate for 1[z > c] ------------
+import math  # noqa: E402
+
+
+def mv_step_variance(mu, sigma, c):
+    p = torch.exp(-0.5 * ((c - mu) / sigma) ** 2)
+    return p * (1 - p) / (2 * math.pi * sigma**2)
+
+
+def mv_step_variance_as_moments(mu, sigma, c):
+    # E g^2 - (E g)^2 with g = const * Bernoulli(P(R > |c - mu| / sigma))
+    const = 1 / (sigma * math.sqrt(2 * math.pi))
+    prob = torch.exp(-((c - mu).abs() / sigma) ** 2 / 2)
+    return const**2 * prob - (const * prob) ** 2
+
+
+def mv_step_variance_log_form(mu, sigma, c):
+    log_p = -((c - mu) ** 2) / (2 * sigma**2)
+    return torch.exp(log_p) * -torch.expm1(log_p) / (2 * torch.pi * sigma * sigma)
+
+
+@pytest.mark.parametrize("answer", [mv_step_variance, mv_step_variance_as_moments,
+                                    mv_step_variance_log_form])
+def test_mv_step_accepts_right_answers(answer, capsys):
+    assert check("estimators-ex-mv-step", answer)
+    assert "correct on 6 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+def _p(mu, sigma, c):
+    return torch.exp(-0.5 * ((c - mu) / sigma) ** 2)
+
+
+def mv_in_place(mu, sigma, c):
+    d = c.sub_(mu).div_(sigma)
+    p = torch.exp(-0.5 * d**2)
+    return p * (1 - p) / (2 * math.pi * sigma**2)
+
+
+def score_variance_for_the_step(mu, sigma, c):
+    d = (c - mu) / sigma
+    phi = torch.exp(-0.5 * d**2) / math.sqrt(2 * math.pi)
+    return (torch.special.ndtr(-d) + d * phi - phi**2) / sigma**2
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the second moment, without subtracting the squared mean
+    (lambda mu, s, c: _p(mu, s, c) / (2 * math.pi * s**2), "(?s)too large.*second moment"),
+    # the mean (the gradient) instead of the variance
+    (lambda mu, s, c: _p(mu, s, c) / (s * math.sqrt(2 * math.pi)), "(?s)estimator's mean"),
+    # the scale's constant 1 / sigma
+    (lambda mu, s, c: _p(mu, s, c) * (1 - _p(mu, s, c)) / s**2, "(?s)too large.*scale's"),
+    # the Rayleigh's tail taken as exp(-r^2)
+    (lambda mu, s, c: torch.exp(-((c - mu) / s) ** 2) * (1 - torch.exp(-((c - mu) / s) ** 2))
+     / (2 * math.pi * s**2), "Rayleigh's tail"),
+    # sigma instead of sigma^2
+    (lambda mu, s, c: _p(mu, s, c) * (1 - _p(mu, s, c)) / (2 * math.pi * s),
+     "enters the variance squared"),
+    # d without dividing by sigma
+    (lambda mu, s, c: _p(mu, torch.ones_like(s), c) * (1 - _p(mu, torch.ones_like(s), c))
+     / (2 * math.pi * s**2), "in units of sigma"),
+    # the wrong side: 1 - p below the mean in the second moment
+    (lambda mu, s, c: (torch.where(c >= mu, _p(mu, s, c), 1 - _p(mu, s, c)) - _p(mu, s, c) ** 2)
+     / (2 * math.pi * s**2), "same probability exp"),
+    # the score function's variance
+    (score_variance_for_the_step, "score function's variance"),
+    # without the 2 pi
+    (lambda mu, s, c: _p(mu, s, c) * (1 - _p(mu, s, c)) / s**2 / math.pi, "too large"),
+    # Bernoulli variance p (1 - p) without the constant
+    (lambda mu, s, c: _p(mu, s, c) * (1 - _p(mu, s, c)), "wrong at"),
+    # the chapter's one number for every input
+    (lambda mu, s, c: torch.full_like(mu, 0.03798), "wrong at 1 of 1 entries"),
+    # float32, a Python number, one number for a batch, in place
+    (lambda mu, s, c: mv_step_variance(mu, s, c).float(), "your variance is torch.float32"),
+    (lambda mu, s, c: float(mv_step_variance(mu, s, c)[0]), "should be a float tensor of shape"),
+    (lambda mu, s, c: mv_step_variance(mu, s, c).mean(), "should be a float tensor of shape"),
+    (mv_in_place, "changed its arguments in place"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_mv_step_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("estimators-ex-mv-step", answer)
+
+
+def test_mv_step_refuses_the_package():
+    from softmaxbook import estimators as es
+
+    def by_quadrature(mu, sigma, c):
+        out = [es.gaussian_gradient_moments(
+            lambda z, c_=ci: (torch.sign(z - c_) + 1) / 2, m, s, breaks=[ci]
+        )["var"]["measure-valued"] for m, s, ci in zip(mu.flatten().tolist(),
+                                                        sigma.flatten().tolist(),
+                                                        c.flatten().tolist())]
+        return torch.tensor(out, dtype=torch.float64).reshape(mu.shape)
+
+    with pytest.raises(ExerciseCheckFailed, match="calls softmaxbook.estimators."
+                                                  "gaussian_gradient_moments"):
+        check("estimators-ex-mv-step", by_quadrature)
+
+    def by_sampling(mu, sigma, c):
+        return es.measure_valued_estimates(lambda z: (z > c).double(), mu, sigma, 4).var(0)
+
+    with pytest.raises(ExerciseCheckFailed, match="calls softmaxbook.estimators."
+                                                  "measure_valued_estimates"):
+        check("estimators-ex-mv-step", by_sampling)
