@@ -866,3 +866,108 @@ def test_bad_moments_input():
         gaussian_gradient_moments(lambda z: 1 / (z - z[0]), 0.0, 1.0)
     with pytest.raises(ValueError, match="autograd derivative"):
         gaussian_gradient_moments(lambda z: torch.sqrt(z - z.detach().min()), 0.0, 1.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# The surrogate loss
+# ------------------------------------------------------------------------------------------------
+from softmaxbook.estimators import score_function_surrogate  # noqa: E402
+
+
+def test_surrogate_value_is_f_and_gradient_is_reinforce():
+    th = torch.tensor([0.3, -0.2, 0.5], **F64, requires_grad=True)
+    w = torch.tensor([1.0, 2.0, -1.0], **F64, requires_grad=True)  # f depends on w directly
+    z = torch.tensor([0, 2, 2, 1])
+    logp = torch.log_softmax(th, -1)[z]
+    f = w[z] ** 2
+    b = torch.tensor([0.5, -1.0, 2.0, 0.0], **F64)
+    sur = score_function_surrogate(logp, f, b)
+    assert torch.equal(sur.detach(), f.detach())
+    g_th, g_w = torch.autograd.grad(sur.sum(), (th, w))
+    score = torch.eye(3, **F64)[z] - torch.softmax(th, -1).detach()
+    assert torch.allclose(g_th, ((f.detach() - b)[:, None] * score).sum(0), atol=1e-15)
+    (g_w_direct,) = torch.autograd.grad((w[z] ** 2).sum(), w)
+    assert torch.allclose(g_w, g_w_direct, atol=1e-15)
+
+
+def test_surrogate_unbiased_by_enumeration():
+    # weighting every class by its probability gives the exact gradient of E f
+    th = LOGITS.clone().requires_grad_(True)
+    z = torch.arange(4)
+    sur = score_function_surrogate(torch.log_softmax(th, -1)[z], FVALS[z], baseline=1.7)
+    (g,) = torch.autograd.grad((torch.softmax(LOGITS, -1) * sur).sum(), th)
+    assert torch.allclose(g, exact_cat_grad(), atol=1e-12)
+
+
+def test_surrogate_without_stopgrad_would_be_biased():
+    # the enumeration test can fail: log_prob * f (no stop-gradient on f's weight, value
+    # not f) differentiated with f depending on theta adds a wrong term
+    th = LOGITS.clone().requires_grad_(True)
+    z = torch.arange(4)
+    f = torch.softmax(th, -1)[z]  # an f that depends on theta
+    wrong = (torch.log_softmax(th, -1)[z] * f).sum()
+    right = score_function_surrogate(torch.log_softmax(th, -1)[z], f)
+    p = torch.softmax(LOGITS, -1)
+    (g_right,) = torch.autograd.grad((p * right).sum(), th, retain_graph=True)
+    th2 = LOGITS.clone().requires_grad_(True)
+    (exact,) = torch.autograd.grad((torch.softmax(th2, -1) ** 2).sum(), th2)
+    assert torch.allclose(g_right, exact, atol=1e-12)
+    (g_wrong,) = torch.autograd.grad(wrong, th)
+    assert not torch.allclose(g_wrong, exact, atol=1e-3)
+
+
+def test_surrogate_baseline_gets_no_gradient():
+    b = torch.zeros(3, **F64, requires_grad=True)
+    th = torch.zeros(3, **F64, requires_grad=True)
+    sur = score_function_surrogate(torch.log_softmax(th, -1), torch.ones(3, **F64), b)
+    g = torch.autograd.grad(sur.sum(), b, allow_unused=True)[0]
+    assert g is None or bool((g == 0).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_surrogate_dtypes_and_shapes(dtype):
+    th = torch.zeros(2, 3, dtype=dtype, requires_grad=True)
+    logp = torch.log_softmax(th, -1)
+    f = torch.arange(6, dtype=dtype).reshape(2, 3)
+    sur = score_function_surrogate(logp, f, torch.ones(2, 1, dtype=dtype))
+    assert sur.shape == (2, 3) and sur.dtype == dtype and torch.equal(sur.detach(), f)
+    (g,) = torch.autograd.grad(sur.sum(), th)
+    assert torch.isfinite(g).all()
+    one = score_function_surrogate(logp[0, :1], f[0, :1])
+    assert one.shape == (1,)
+    empty = score_function_surrogate(torch.zeros(0, dtype=dtype), torch.zeros(0, dtype=dtype))
+    assert empty.shape == (0,)
+
+
+def test_surrogate_near_certain_sample():
+    # log_prob ~ 0 for a near-certain draw: its score is ~0, the value is still f
+    th = torch.tensor([0.0, -40.0], **F64, requires_grad=True)
+    sur = score_function_surrogate(torch.log_softmax(th, -1)[:1], torch.tensor([5.0], **F64))
+    (g,) = torch.autograd.grad(sur.sum(), th)
+    assert sur.item() == 5.0 and g.abs().max() < 1e-15
+
+
+def test_bad_surrogate_input():
+    lp, f = torch.zeros(3), torch.ones(3)
+    with pytest.raises(TypeError, match="argument 'log_prob'"):
+        score_function_surrogate([0.0, 0.0], f)
+    with pytest.raises(TypeError, match="argument 'f'"):
+        score_function_surrogate(lp, torch.ones(3, dtype=torch.int64))
+    with pytest.raises(ValueError, match="one shape"):
+        score_function_surrogate(lp, torch.ones(4))
+    with pytest.raises(ValueError, match="argument 'log_prob' contains NaN"):
+        score_function_surrogate(torch.tensor([0.0, float("nan"), 0.0]), f)
+    with pytest.raises(ValueError, match="argument 'log_prob' contains -inf"):
+        score_function_surrogate(torch.tensor([0.0, -float("inf"), 0.0]), f)
+    with pytest.raises(ValueError, match="argument 'log_prob' contains \\+inf"):
+        score_function_surrogate(torch.tensor([0.0, float("inf"), 0.0]), f)
+    with pytest.raises(ValueError, match="argument 'f'"):
+        score_function_surrogate(lp, torch.tensor([1.0, float("inf"), 0.0]))
+    with pytest.raises(ValueError, match="argument 'baseline' must be finite"):
+        score_function_surrogate(lp, f, float("nan"))
+    with pytest.raises(ValueError, match="argument 'baseline'"):
+        score_function_surrogate(lp, f, torch.tensor([0.0, float("inf"), 1.0]))
+    with pytest.raises(ValueError, match="argument 'baseline' of shape"):
+        score_function_surrogate(lp, f, torch.zeros(2))
+    with pytest.raises(TypeError, match="argument 'baseline'"):
+        score_function_surrogate(lp, f, "mean")

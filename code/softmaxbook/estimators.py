@@ -45,6 +45,8 @@ import torch
 from softmaxbook._validate import (
     as_float_tensor,
     check_finite,
+    check_no_nan,
+    check_no_posinf,
     check_generator,
     check_int,
     check_positive_number,
@@ -58,6 +60,7 @@ __all__ = [
     "square_example_variances",
     "measure_valued_estimates",
     "gaussian_gradient_moments",
+    "score_function_surrogate",
     "sample_exponential",
     "sample_cauchy",
     "sample_laplace_standard",
@@ -325,6 +328,68 @@ def square_example_variances(mu, a, baseline=0.0) -> dict:
         "var_pathwise": 4 * a**2,
         "var_score": a**2 * (mu**4 + 14 * mu**2 + 15 - 2 * c * (mu**2 + 3) + c**2),
     }
+
+
+def score_function_surrogate(log_prob: torch.Tensor, f: torch.Tensor, baseline=None) -> torch.Tensor:
+    """A surrogate objective whose *value* is ``f`` and whose *gradient* is the score-function
+    (REINFORCE) estimate plus the pathwise part of ``f``.
+
+    ``surrogate = f + (log_prob - stopgrad(log_prob)) * stopgrad(f - b)``
+
+    The second term is 0 in value (so the surrogate reports the objective itself), and its
+    gradient is ``(f - b) * grad log_prob``, the score-function term; ``f``'s own gradient, if it
+    depends on parameters directly (a decoder), passes through the first term. Maximise
+    ``surrogate.mean()`` (or minimise its negative) with any optimiser: this is how REINFORCE is
+    written in an autograd framework (Schulman et al. 2015, "stochastic computation graphs";
+    the ``log_prob - stopgrad(log_prob)`` form keeps the value equal to ``f``, as in Foerster et
+    al. 2018's DiCE). The baseline gets no gradient from it: train a learned baseline with its
+    own loss, e.g. ``(b - f.detach())**2``.
+
+    Parameters
+    ----------
+    log_prob : Tensor (...), ``log p(z_i; theta)`` of the drawn samples, differentiable in theta.
+        ``-inf`` is refused: a drawn sample has positive probability.
+    f : Tensor of the same shape, the samples' values (differentiable or not).
+    baseline : None, a number, or a Tensor broadcastable to ``f``'s shape (e.g. a learned,
+        state-dependent ``b(x_i)``). It must not depend on the sample ``z_i`` itself, or the
+        estimate is biased; this function cannot check that.
+
+    Returns
+    -------
+    Tensor of ``f``'s shape (and the promoted dtype of ``f`` and ``log_prob``): equal to ``f``
+    in value.
+    """
+    func = "score_function_surrogate"
+    log_prob = as_float_tensor(log_prob, "log_prob", func, allow_empty=True)
+    f = as_float_tensor(f, "f", func, allow_empty=True)
+    if log_prob.shape != f.shape:
+        raise ValueError(f"{func}: arguments 'log_prob' and 'f' must have one shape (one value "
+                         f"per sample), got {tuple(log_prob.shape)} and {tuple(f.shape)}")
+    check_no_nan(log_prob, "log_prob", func)
+    if bool((log_prob.detach() == -math.inf).any()):
+        raise ValueError(f"{func}: argument 'log_prob' contains -inf: a drawn sample cannot "
+                         f"have probability 0 (was it drawn from another distribution?)")
+    check_no_posinf(log_prob, "log_prob", func)
+    check_finite(f.detach(), "f", func)
+    if baseline is None:
+        b = torch.zeros((), dtype=f.dtype, device=f.device)
+    elif isinstance(baseline, torch.Tensor):
+        b = as_float_tensor(baseline, "baseline", func, allow_empty=True)
+        check_finite(b.detach(), "baseline", func)
+        try:
+            torch.broadcast_shapes(b.shape, f.shape)
+        except RuntimeError:
+            raise ValueError(f"{func}: argument 'baseline' of shape {tuple(b.shape)} does not "
+                             f"broadcast to f's shape {tuple(f.shape)}") from None
+    elif isinstance(baseline, Real) and not isinstance(baseline, bool):
+        if not math.isfinite(baseline):
+            raise ValueError(f"{func}: argument 'baseline' must be finite, got {baseline}")
+        b = torch.tensor(float(baseline), dtype=f.dtype, device=f.device)
+    else:
+        raise TypeError(f"{func}: argument 'baseline' must be None, a number or a tensor, got "
+                        f"{type(baseline).__name__}")
+    weight = (f - b).detach()
+    return f + (log_prob - log_prob.detach()) * weight
 
 
 # ------------------------------------------------------------------------------------------------
