@@ -6,15 +6,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from softmaxbook.estimators import gaussian_kl, sample_laplace, score_function_estimates
+from softmaxbook.estimators import (
+    gaussian_kl,
+    sample_laplace,
+    score_function_estimates,
+    score_function_surrogate,
+)
 from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 
 def test_registered():
     assert registered("estimators") == ["estimators-bernoulli-score",
                                         "estimators-ex-best-baseline", "estimators-ex-mv-step",
-                                        "estimators-ex-variances", "estimators-gaussian-kl",
-                                        "estimators-laplace-sampler"]
+                                        "estimators-ex-surrogate", "estimators-ex-variances",
+                                        "estimators-gaussian-kl", "estimators-laplace-sampler"]
 
 
 def stub(*args):
@@ -653,3 +658,66 @@ def test_mv_step_refuses_the_package():
     with pytest.raises(ExerciseCheckFailed, match="calls softmaxbook.estimators."
                                                   "measure_valued_estimates"):
         check("estimators-ex-mv-step", by_sampling)
+
+
+# --- estimators-ex-surrogate: value f, gradient grad f + (f - b) grad log_prob ----------------
+def surrogate_right(log_prob, f, b):
+    return f + (log_prob - log_prob.detach()) * (f - b).detach()
+
+
+def surrogate_magic_box(log_prob, f, b):
+    # DiCE's form: exp(lp - stopgrad lp) is 1 in value, its gradient grad lp
+    return f + (torch.exp(log_prob - log_prob.detach()) - 1) * (f.detach() - b.detach())
+
+
+def surrogate_reordered(log_prob, f, b):
+    weight = f.detach() - b.detach()
+    return weight * log_prob - weight * log_prob.detach() + f
+
+
+def surrogate_weight_not_detached(log_prob, f, b):
+    # also right to first order: the weight's own gradient is multiplied by
+    # log_prob - log_prob.detach(), which is 0 in value
+    return f + (log_prob - log_prob.detach()) * (f - b)
+
+
+@pytest.mark.parametrize("answer", [surrogate_right, surrogate_magic_box, surrogate_reordered,
+                                    surrogate_weight_not_detached])
+def test_surrogate_accepts_right_answers(answer, capsys):
+    assert check("estimators-ex-surrogate", answer)
+    assert "correct on 4 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the textbook loss log p * f: value not f
+    (lambda lp, f, b: lp * f, "surrogate's value"),
+    (lambda lp, f, b: lp * (f - b).detach(), "surrogate's value"),
+    (lambda lp, f, b: f + lp * (f - b).detach(), "surrogate's value"),
+    # value f by subtracting a detached copy, but the weight not detached: b gets -log_prob
+    (lambda lp, f, b: f + lp * (f - b) - (lp * (f - b)).detach(),
+     "baseline b receives a gradient"),
+    # the same with b detached: log_prob * grad f joins f's gradient
+    (lambda lp, f, b: f + lp * (f - b.detach()) - (lp * (f - b)).detach(),
+     "(?s)gradient in w.*detach f inside"),
+    # the baseline forgotten
+    (lambda lp, f, b: f + (lp - lp.detach()) * f.detach(), "baseline b is missing"),
+    # the sign
+    (lambda lp, f, b: f + (lp.detach() - lp) * (f - b).detach(), "sign is wrong"),
+    # f detached: no pathwise gradient for the decoder
+    (lambda lp, f, b: f.detach() + (lp - lp.detach()) * (f - b).detach(),
+     "f's own gradient is missing"),
+    # everything detached
+    (lambda lp, f, b: f.detach().clone(), "carries no gradient"),
+    # reduced
+    (lambda lp, f, b: surrogate_right(lp, f, b).mean(), "should be a float tensor of f's shape"),
+    (lambda lp, f, b: surrogate_right(lp, f, b).sum(-1), "should be a float tensor of f's shape"),
+    # float32
+    (lambda lp, f, b: surrogate_right(lp, f, b).float(), "is torch.float32"),
+    # the library's answer
+    (lambda lp, f, b: score_function_surrogate(lp, f, b), "calls softmaxbook.estimators"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_surrogate_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("estimators-ex-surrogate", answer)
