@@ -594,3 +594,380 @@ def test_bad_kl_input():
 def test_bad_square_example_input():
     with pytest.raises(ValueError, match="argument 'mu' must be a finite number"):
         square_example_variances(math.nan, 1.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# The measure-valued estimator and the exact moments of all four estimators
+# ------------------------------------------------------------------------------------------------
+from softmaxbook.estimators import gaussian_gradient_moments, measure_valued_estimates  # noqa: E402
+
+
+def step_at(c):
+    # torch.sign has derivative 0 in autograd: the pathwise estimator of a step is 0
+    return lambda z: (torch.sign(z - c) + 1) / 2
+
+
+def test_moments_square_closed_forms():
+    m = gaussian_gradient_moments(lambda z: z**2, 3.0, 1.0)
+    assert m["gradient"] == pytest.approx(6.0, rel=1e-13)
+    assert m["expectation"] == pytest.approx(10.0, rel=1e-13)
+    for name, mean in m["mean"].items():
+        assert mean == pytest.approx(6.0, rel=1e-12), name
+    sq = square_example_variances(3.0, 1.0)
+    sqb = square_example_variances(3.0, 1.0, baseline=10.0)
+    assert m["var"]["score"] == pytest.approx(sq["var_score"], rel=1e-12)
+    assert m["var"]["score + baseline"] == pytest.approx(sqb["var_score"], rel=1e-12)
+    assert m["var"]["pathwise"] == pytest.approx(4.0, rel=1e-12)
+    # coupled: c (f(mu + R) - f(mu - R)) = 4 mu R / sqrt(2 pi), Var R = 2 - pi / 2
+    assert m["var"]["measure-valued"] == pytest.approx(
+        16 * 9 * (2 - math.pi / 2) / (2 * math.pi), rel=1e-12)
+    # independent: Var (mu + R)^2 + Var (mu - R)^2 over 2 pi, from the Rayleigh's moments
+    # E R = sqrt(pi/2), E R^2 = 2, E R^3 = 3 sqrt(pi/2), E R^4 = 8
+    er = [1, math.sqrt(math.pi / 2), 2, 3 * math.sqrt(math.pi / 2), 8]
+
+    def var_of(s):  # Var (3 + s R)^2 = Var (6 s R + R^2)
+        m1 = 6 * s * er[1] + er[2]
+        m2 = 36 * er[2] + 12 * s * er[3] + er[4]
+        return m2 - m1**2
+
+    assert m["var"]["measure-valued, independent"] == pytest.approx(
+        (var_of(1) + var_of(-1)) / (2 * math.pi), rel=1e-12)
+
+
+@pytest.mark.parametrize("k", [0.5, 1.0, 5.0, 20.0])
+@pytest.mark.parametrize("mu,sigma", [(0.3, 1.0), (-1.0, 0.5)])
+def test_moments_sine_closed_forms(k, mu, sigma):
+    m = gaussian_gradient_moments(lambda z: torch.sin(k * z), mu, sigma)
+    damp = math.exp(-k * k * sigma**2 / 2)
+    grad = k * math.cos(k * mu) * damp
+    assert m["gradient"] == pytest.approx(grad, abs=1e-13)
+    assert m["mean"]["pathwise"] == pytest.approx(grad, abs=1e-13)
+    assert m["mean"]["measure-valued"] == pytest.approx(grad, abs=1e-13)
+    d2 = math.exp(-2 * k * k * sigma**2)
+    var_path = k * k / 2 * (1 + math.cos(2 * k * mu) * d2) - grad**2
+    # E sin^2(kz) (z - mu)^2 / sigma^4, with E eps^2 e^{i t eps} = (s^2 - s^4 t^2) e^{-s^2 t^2/2}
+    second = (sigma**2 - math.cos(2 * k * mu) * (sigma**2 - 4 * k * k * sigma**4) * d2) / (
+        2 * sigma**4)
+    assert m["var"]["pathwise"] == pytest.approx(var_path, rel=1e-11, abs=1e-13)
+    assert m["var"]["score"] == pytest.approx(second - grad**2, rel=1e-11, abs=1e-13)
+    # coupled: c * 2 cos(k mu) sin(k sigma R); E sin^2(a R) = (1 - E cos(2 a R)) / 2 with
+    # E cos(b R) = 1 - b D(b / sqrt 2) sqrt 2 (D Dawson's integral)
+    from scipy.special import dawsn
+
+    b = 2 * k * sigma
+    e_cos = 1 - b * math.sqrt(2) * dawsn(b / math.sqrt(2))
+    c = 1 / (sigma * math.sqrt(2 * math.pi))
+    var_mv = c**2 * 4 * math.cos(k * mu) ** 2 * (1 - e_cos) / 2 - grad**2
+    assert m["var"]["measure-valued"] == pytest.approx(var_mv, rel=1e-10, abs=1e-13)
+
+
+@pytest.mark.parametrize("c,mu,sigma", [(1.0, 0.0, 1.0), (-0.5, 0.7, 2.0), (0.2, 0.2, 1.0)])
+def test_moments_step_closed_forms(c, mu, sigma):
+    m = gaussian_gradient_moments(step_at(c), mu, sigma, breaks=[c])
+    d = abs(c - mu) / sigma
+    dens = stats.norm(mu, sigma).pdf(c)
+    assert m["gradient"] == pytest.approx(dens, rel=1e-12)
+    assert m["expectation"] == pytest.approx(stats.norm(mu, sigma).sf(c), rel=1e-12)
+    # the pathwise estimator of a step is 0: biased
+    assert m["mean"]["pathwise"] == 0.0 and m["var"]["pathwise"] == 0.0
+    # measure-valued: exactly one of x+, x- can pass the step, with prob e^{-d^2/2}
+    cc = 1 / (sigma * math.sqrt(2 * math.pi))
+    assert m["mean"]["measure-valued"] == pytest.approx(dens, rel=1e-12)
+    assert m["var"]["measure-valued"] == pytest.approx(
+        cc**2 * math.exp(-d * d / 2) - dens**2, rel=1e-11)
+    # score: E[1(z > c) (z - mu)^2] / sigma^4 = (sf(d) + d phi(d)) / sigma^2 (for c >= mu)
+    t = (c - mu) / sigma
+    second = (stats.norm.sf(t) + t * stats.norm.pdf(t)) / sigma**2
+    assert m["var"]["score"] == pytest.approx(second - dens**2, rel=1e-11)
+
+
+def test_moments_step_without_break_is_less_accurate():
+    # the break matters: without a panel edge at the jump the quadrature is off (the test of
+    # the break can fail)
+    exact = stats.norm.pdf(1.0)
+    # (61 panels on [-12, 12]: no edge falls on the jump at 1 by chance)
+    rough = gaussian_gradient_moments(step_at(1.0), 0.0, 1.0, panels=61, order=8)
+    assert abs(rough["gradient"] - exact) > 1e-6
+    good = gaussian_gradient_moments(step_at(1.0), 0.0, 1.0, breaks=[1.0], panels=61, order=8)
+    assert good["gradient"] == pytest.approx(exact, rel=1e-13)
+
+
+def test_moments_baseline_argument():
+    m = gaussian_gradient_moments(lambda z: z**2, 3.0, 1.0, baseline=12.0)
+    assert m["baseline"] == 12.0
+    assert m["var"]["score + baseline"] == pytest.approx(
+        square_example_variances(3.0, 1.0, baseline=12.0)["var_score"], rel=1e-12)
+
+
+@pytest.mark.parametrize("coupled", [True, False])
+@pytest.mark.parametrize("f,mu,breaks", [
+    (lambda z: z**2, 3.0, []),
+    (lambda z: torch.sin(5 * z), 0.3, []),
+    (step_at(1.0), 0.0, [1.0]),
+])
+def test_measure_valued_mean_and_variance_match_quadrature(f, mu, breaks, coupled):
+    exact = gaussian_gradient_moments(f, mu, 1.0, breaks=breaks)
+    name = "measure-valued" if coupled else "measure-valued, independent"
+    n = 200_000
+    est = measure_valued_estimates(f, torch.tensor(mu, **F64), torch.tensor(1.0, **F64), n,
+                                   coupled=coupled, generator=gen(3))
+    assert est.shape == (n,)
+    var = exact["var"][name]
+    # unbiased: the exact mean is the gradient, and the sample mean is within 5 s.e. (6e-7)
+    assert exact["mean"][name] == pytest.approx(exact["gradient"], rel=1e-11, abs=1e-14)
+    assert abs(est.mean().item() - exact["gradient"]) < 5 * math.sqrt(var / n)
+    # the sample variance within 3 %: its relative s.e. is sqrt((kurtosis - 1) / n) < 0.6 %
+    # for these f (kurtosis < 8), so 3 % is > 5 s.e.
+    assert est.var().item() == pytest.approx(var, rel=0.03)
+
+
+def test_measure_valued_test_rejects_a_wrong_constant():
+    # the same mean test rejects c = 1 / sigma (the scale's constant) for the mean
+    exact = gaussian_gradient_moments(lambda z: z**2, 3.0, 1.0)
+    n = 200_000
+    est = measure_valued_estimates(lambda z: z**2, torch.tensor(3.0, **F64),
+                                   torch.tensor(1.0, **F64), n, generator=gen(3))
+    wrong = est * math.sqrt(2 * math.pi)
+    var = exact["var"]["measure-valued"] * 2 * math.pi
+    assert abs(wrong.mean().item() - exact["gradient"]) > 5 * math.sqrt(var / n)
+
+
+def test_measure_valued_scale():
+    # d/dsigma E z^2 = 2 sigma; d/dsigma E sin(k z) = -k^2 sigma sin(k mu) e^{-k^2 sigma^2 / 2}
+    n = 200_000
+    mu, sigma = torch.tensor(0.5, **F64), torch.tensor(1.5, **F64)
+    est = measure_valued_estimates(lambda z: z**2, mu, sigma, n, wrt="scale", generator=gen(4))
+    assert abs(est.mean().item() - 3.0) < 5 * est.std().item() / math.sqrt(n)
+    k = 0.8
+    est = measure_valued_estimates(lambda z: torch.sin(k * z), mu, sigma, n, wrt="scale",
+                                   generator=gen(5))
+    exact = -k * k * 1.5 * math.sin(k * 0.5) * math.exp(-k * k * 1.5**2 / 2)
+    assert abs(est.mean().item() - exact) < 5 * est.std().item() / math.sqrt(n)
+
+
+def test_measure_valued_maxwell_part_follows_its_law():
+    # x+ for the scale is mu + sigma M, M double-sided Maxwell: |M| is chi with 3 d.o.f.
+    seen = {}
+
+    def f(x):
+        seen.setdefault("x", x)
+        return x
+
+    measure_valued_estimates(f, 0.0, 1.0, 20000, wrt="scale", generator=gen(6))
+    x = seen["x"].double()
+    assert stats.kstest(x.abs().numpy(), stats.chi(3).cdf).pvalue > P_CUT
+    assert stats.binomtest(int((x > 0).sum()), len(x), 0.5).pvalue > P_CUT
+
+
+def test_measure_valued_rayleigh_part_follows_its_law():
+    seen = []
+    measure_valued_estimates(lambda x: seen.append(x) or x, torch.tensor(1.0, **F64),
+                             torch.tensor(2.0, **F64), 20000, coupled=False, generator=gen(7))
+    r_plus = ((seen[0] - 1.0) / 2.0).numpy()
+    r_minus = ((1.0 - seen[1]) / 2.0).numpy()
+    assert stats.kstest(r_plus, stats.rayleigh().cdf).pvalue > P_CUT
+    assert stats.kstest(r_minus, stats.rayleigh().cdf).pvalue > P_CUT
+    # independent, not mirrored
+    assert not np.allclose(r_plus, r_minus)
+
+
+def test_measure_valued_shapes_broadcast_and_generator():
+    mu = torch.tensor([0.0, 1.0, 2.0], **F64)
+    sigma = torch.tensor([[1.0], [2.0]], **F64)
+    est = measure_valued_estimates(torch.sin, mu, sigma, (5,), generator=gen(1))
+    assert est.shape == (5, 2, 3) and est.dtype == torch.float64
+    again = measure_valued_estimates(torch.sin, mu, sigma, (5,), generator=gen(1))
+    assert torch.equal(est, again)
+    one = measure_valued_estimates(torch.sin, 0.0, 1.0, (), generator=gen(1))
+    assert one.shape == ()
+    empty = measure_valued_estimates(torch.sin, mu, torch.tensor(1.0, **F64), (0,),
+                                     generator=gen(1))
+    assert empty.shape == (0, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_measure_valued_low_precision(dtype):
+    mu, sigma = torch.tensor(0.0, dtype=dtype), torch.tensor(1.0, dtype=dtype)
+    for wrt in ("mean", "scale"):
+        est = measure_valued_estimates(lambda z: z * z + z, mu, sigma, 20000, wrt=wrt,
+                                       generator=gen(2))
+        assert est.dtype == dtype and torch.isfinite(est).all()
+        # d/dmu E(z^2 + z) = 2 mu + 1 = 1; d/dsigma = 2 sigma = 2 (loose: rounding to dtype)
+        target = 1.0 if wrt == "mean" else 2.0
+        e = est.double()
+        assert abs(e.mean().item() - target) < 6 * e.std().item() / math.sqrt(20000) + 0.02
+
+
+def test_measure_valued_extreme_uniforms_stay_finite(monkeypatch):
+    # torch.rand returning 0 would give R = inf; the open uniform keeps it finite (R <= 8.6)
+    real_rand = torch.rand
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: torch.zeros_like(real_rand(*a, **k)))
+    est = measure_valued_estimates(lambda z: z, 0.0, 1.0, 4, generator=gen(0))
+    assert torch.isfinite(est).all()
+
+
+def test_bad_measure_valued_input():
+    f = torch.sin
+    with pytest.raises(TypeError, match="argument 'f'"):
+        measure_valued_estimates(3.0, 0.0, 1.0, 4)
+    with pytest.raises(ValueError, match="argument 'sigma'"):
+        measure_valued_estimates(f, 0.0, 0.0, 4)
+    with pytest.raises(ValueError, match="argument 'sigma'"):
+        measure_valued_estimates(f, 0.0, -1.0, 4)
+    with pytest.raises(ValueError, match="argument 'mu'"):
+        measure_valued_estimates(f, float("nan"), 1.0, 4)
+    with pytest.raises(ValueError, match="argument 'mu'"):
+        measure_valued_estimates(f, torch.tensor([0.0, float("inf")]), 1.0, 4)
+    with pytest.raises(TypeError, match="argument 'mu'"):
+        measure_valued_estimates(f, torch.tensor([1, 2]), 1.0, 4)
+    with pytest.raises(ValueError, match="argument 'wrt'"):
+        measure_valued_estimates(f, 0.0, 1.0, 4, wrt="variance")
+    with pytest.raises(TypeError, match="argument 'coupled'"):
+        measure_valued_estimates(f, 0.0, 1.0, 4, coupled="yes")
+    with pytest.raises(ValueError, match="argument 'coupled'"):
+        measure_valued_estimates(f, 0.0, 1.0, 4, wrt="scale", coupled=False)
+    with pytest.raises(ValueError, match="argument 'sample_shape'"):
+        measure_valued_estimates(f, 0.0, 1.0, -1)
+    with pytest.raises(TypeError, match="argument 'generator'"):
+        measure_valued_estimates(f, 0.0, 1.0, 4, generator=0)
+    with pytest.raises(ValueError, match="argument 'f' must map"):
+        measure_valued_estimates(lambda z: z.sum(), 0.0, 1.0, 4)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        measure_valued_estimates(f, torch.zeros(2), torch.ones(3), 4)
+
+
+def test_bad_moments_input():
+    f = torch.sin
+    with pytest.raises(TypeError, match="argument 'f'"):
+        gaussian_gradient_moments(None, 0.0, 1.0)
+    with pytest.raises(ValueError, match="argument 'mu'"):
+        gaussian_gradient_moments(f, float("inf"), 1.0)
+    with pytest.raises(ValueError, match="argument 'mu'"):
+        gaussian_gradient_moments(f, torch.tensor(0.0), 1.0)
+    with pytest.raises(ValueError, match="argument 'sigma'"):
+        gaussian_gradient_moments(f, 0.0, 0.0)
+    with pytest.raises(ValueError, match="argument 'sigma'"):
+        gaussian_gradient_moments(f, 0.0, float("nan"))
+    with pytest.raises(TypeError, match="argument 'breaks'"):
+        gaussian_gradient_moments(f, 0.0, 1.0, breaks=1.0)
+    with pytest.raises(ValueError, match="argument 'breaks'"):
+        gaussian_gradient_moments(f, 0.0, 1.0, breaks=[float("nan")])
+    with pytest.raises(ValueError, match="argument 'baseline'"):
+        gaussian_gradient_moments(f, 0.0, 1.0, baseline="mean")
+    with pytest.raises(ValueError, match="argument 'width'"):
+        gaussian_gradient_moments(f, 0.0, 1.0, width=-1.0)
+    with pytest.raises(ValueError, match="argument 'panels'"):
+        gaussian_gradient_moments(f, 0.0, 1.0, panels=0)
+    with pytest.raises(ValueError, match="argument 'order'"):
+        gaussian_gradient_moments(f, 0.0, 1.0, order=1)
+    with pytest.raises(ValueError, match="argument 'f' must map"):
+        gaussian_gradient_moments(lambda z: z.sum(), 0.0, 1.0)
+    with pytest.raises(ValueError, match="non-finite value"):
+        gaussian_gradient_moments(lambda z: 1 / (z - z[0]), 0.0, 1.0)
+    with pytest.raises(ValueError, match="autograd derivative"):
+        gaussian_gradient_moments(lambda z: torch.sqrt(z - z.detach().min()), 0.0, 1.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# The surrogate loss
+# ------------------------------------------------------------------------------------------------
+from softmaxbook.estimators import score_function_surrogate  # noqa: E402
+
+
+def test_surrogate_value_is_f_and_gradient_is_reinforce():
+    th = torch.tensor([0.3, -0.2, 0.5], **F64, requires_grad=True)
+    w = torch.tensor([1.0, 2.0, -1.0], **F64, requires_grad=True)  # f depends on w directly
+    z = torch.tensor([0, 2, 2, 1])
+    logp = torch.log_softmax(th, -1)[z]
+    f = w[z] ** 2
+    b = torch.tensor([0.5, -1.0, 2.0, 0.0], **F64)
+    sur = score_function_surrogate(logp, f, b)
+    assert torch.equal(sur.detach(), f.detach())
+    g_th, g_w = torch.autograd.grad(sur.sum(), (th, w))
+    score = torch.eye(3, **F64)[z] - torch.softmax(th, -1).detach()
+    assert torch.allclose(g_th, ((f.detach() - b)[:, None] * score).sum(0), atol=1e-15)
+    (g_w_direct,) = torch.autograd.grad((w[z] ** 2).sum(), w)
+    assert torch.allclose(g_w, g_w_direct, atol=1e-15)
+
+
+def test_surrogate_unbiased_by_enumeration():
+    # weighting every class by its probability gives the exact gradient of E f
+    th = LOGITS.clone().requires_grad_(True)
+    z = torch.arange(4)
+    sur = score_function_surrogate(torch.log_softmax(th, -1)[z], FVALS[z], baseline=1.7)
+    (g,) = torch.autograd.grad((torch.softmax(LOGITS, -1) * sur).sum(), th)
+    assert torch.allclose(g, exact_cat_grad(), atol=1e-12)
+
+
+def test_surrogate_without_stopgrad_would_be_biased():
+    # the enumeration test can fail: log_prob * f (no stop-gradient on f's weight, value
+    # not f) differentiated with f depending on theta adds a wrong term
+    th = LOGITS.clone().requires_grad_(True)
+    z = torch.arange(4)
+    f = torch.softmax(th, -1)[z]  # an f that depends on theta
+    wrong = (torch.log_softmax(th, -1)[z] * f).sum()
+    right = score_function_surrogate(torch.log_softmax(th, -1)[z], f)
+    p = torch.softmax(LOGITS, -1)
+    (g_right,) = torch.autograd.grad((p * right).sum(), th, retain_graph=True)
+    th2 = LOGITS.clone().requires_grad_(True)
+    (exact,) = torch.autograd.grad((torch.softmax(th2, -1) ** 2).sum(), th2)
+    assert torch.allclose(g_right, exact, atol=1e-12)
+    (g_wrong,) = torch.autograd.grad(wrong, th)
+    assert not torch.allclose(g_wrong, exact, atol=1e-3)
+
+
+def test_surrogate_baseline_gets_no_gradient():
+    b = torch.zeros(3, **F64, requires_grad=True)
+    th = torch.zeros(3, **F64, requires_grad=True)
+    sur = score_function_surrogate(torch.log_softmax(th, -1), torch.ones(3, **F64), b)
+    g = torch.autograd.grad(sur.sum(), b, allow_unused=True)[0]
+    assert g is None or bool((g == 0).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_surrogate_dtypes_and_shapes(dtype):
+    th = torch.zeros(2, 3, dtype=dtype, requires_grad=True)
+    logp = torch.log_softmax(th, -1)
+    f = torch.arange(6, dtype=dtype).reshape(2, 3)
+    sur = score_function_surrogate(logp, f, torch.ones(2, 1, dtype=dtype))
+    assert sur.shape == (2, 3) and sur.dtype == dtype and torch.equal(sur.detach(), f)
+    (g,) = torch.autograd.grad(sur.sum(), th)
+    assert torch.isfinite(g).all()
+    one = score_function_surrogate(logp[0, :1], f[0, :1])
+    assert one.shape == (1,)
+    empty = score_function_surrogate(torch.zeros(0, dtype=dtype), torch.zeros(0, dtype=dtype))
+    assert empty.shape == (0,)
+
+
+def test_surrogate_near_certain_sample():
+    # log_prob ~ 0 for a near-certain draw: its score is ~0, the value is still f
+    th = torch.tensor([0.0, -40.0], **F64, requires_grad=True)
+    sur = score_function_surrogate(torch.log_softmax(th, -1)[:1], torch.tensor([5.0], **F64))
+    (g,) = torch.autograd.grad(sur.sum(), th)
+    assert sur.item() == 5.0 and g.abs().max() < 1e-15
+
+
+def test_bad_surrogate_input():
+    lp, f = torch.zeros(3), torch.ones(3)
+    with pytest.raises(TypeError, match="argument 'log_prob'"):
+        score_function_surrogate([0.0, 0.0], f)
+    with pytest.raises(TypeError, match="argument 'f'"):
+        score_function_surrogate(lp, torch.ones(3, dtype=torch.int64))
+    with pytest.raises(ValueError, match="one shape"):
+        score_function_surrogate(lp, torch.ones(4))
+    with pytest.raises(ValueError, match="argument 'log_prob' contains NaN"):
+        score_function_surrogate(torch.tensor([0.0, float("nan"), 0.0]), f)
+    with pytest.raises(ValueError, match="argument 'log_prob' contains -inf"):
+        score_function_surrogate(torch.tensor([0.0, -float("inf"), 0.0]), f)
+    with pytest.raises(ValueError, match="argument 'log_prob' contains \\+inf"):
+        score_function_surrogate(torch.tensor([0.0, float("inf"), 0.0]), f)
+    with pytest.raises(ValueError, match="argument 'f'"):
+        score_function_surrogate(lp, torch.tensor([1.0, float("inf"), 0.0]))
+    with pytest.raises(ValueError, match="argument 'baseline' must be finite"):
+        score_function_surrogate(lp, f, float("nan"))
+    with pytest.raises(ValueError, match="argument 'baseline'"):
+        score_function_surrogate(lp, f, torch.tensor([0.0, float("inf"), 1.0]))
+    with pytest.raises(ValueError, match="argument 'baseline' of shape"):
+        score_function_surrogate(lp, f, torch.zeros(2))
+    with pytest.raises(TypeError, match="argument 'baseline'"):
+        score_function_surrogate(lp, f, "mean")

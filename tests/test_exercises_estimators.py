@@ -6,13 +6,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from softmaxbook.estimators import gaussian_kl, sample_laplace, score_function_estimates
+from softmaxbook.estimators import (
+    gaussian_kl,
+    sample_laplace,
+    score_function_estimates,
+    score_function_surrogate,
+)
 from softmaxbook.exercises import ExerciseCheckFailed, check, registered
 
 
 def test_registered():
     assert registered("estimators") == ["estimators-bernoulli-score",
-                                        "estimators-ex-best-baseline", "estimators-ex-variances",
+                                        "estimators-ex-best-baseline", "estimators-ex-mv-step",
+                                        "estimators-ex-surrogate", "estimators-ex-variances",
                                         "estimators-gaussian-kl", "estimators-laplace-sampler"]
 
 
@@ -545,3 +551,173 @@ def test_laplace_float32_gradient_is_rejected_under_the_graders_salt(salt):
 
     with salted(salt), pytest.raises(ExerciseCheckFailed, match="(?s)/d scale.*float32"):
         check("estimators-laplace-sampler", sign_times_exponential)
+
+
+# --- estimators-ex-mv-step: Var of the coupled measure-valued estimate for 1[z > c] ------------
+import math  # noqa: E402
+
+
+def mv_step_variance(mu, sigma, c):
+    p = torch.exp(-0.5 * ((c - mu) / sigma) ** 2)
+    return p * (1 - p) / (2 * math.pi * sigma**2)
+
+
+def mv_step_variance_as_moments(mu, sigma, c):
+    # E g^2 - (E g)^2 with g = const * Bernoulli(P(R > |c - mu| / sigma))
+    const = 1 / (sigma * math.sqrt(2 * math.pi))
+    prob = torch.exp(-((c - mu).abs() / sigma) ** 2 / 2)
+    return const**2 * prob - (const * prob) ** 2
+
+
+def mv_step_variance_log_form(mu, sigma, c):
+    log_p = -((c - mu) ** 2) / (2 * sigma**2)
+    return torch.exp(log_p) * -torch.expm1(log_p) / (2 * torch.pi * sigma * sigma)
+
+
+@pytest.mark.parametrize("answer", [mv_step_variance, mv_step_variance_as_moments,
+                                    mv_step_variance_log_form])
+def test_mv_step_accepts_right_answers(answer, capsys):
+    assert check("estimators-ex-mv-step", answer)
+    assert "correct on 6 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+def _p(mu, sigma, c):
+    return torch.exp(-0.5 * ((c - mu) / sigma) ** 2)
+
+
+def mv_in_place(mu, sigma, c):
+    d = c.sub_(mu).div_(sigma)
+    p = torch.exp(-0.5 * d**2)
+    return p * (1 - p) / (2 * math.pi * sigma**2)
+
+
+def score_variance_for_the_step(mu, sigma, c):
+    d = (c - mu) / sigma
+    phi = torch.exp(-0.5 * d**2) / math.sqrt(2 * math.pi)
+    return (torch.special.ndtr(-d) + d * phi - phi**2) / sigma**2
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the second moment, without subtracting the squared mean
+    (lambda mu, s, c: _p(mu, s, c) / (2 * math.pi * s**2), "(?s)too large.*second moment"),
+    # the mean (the gradient) instead of the variance
+    (lambda mu, s, c: _p(mu, s, c) / (s * math.sqrt(2 * math.pi)), "(?s)estimator's mean"),
+    # the scale's constant 1 / sigma
+    (lambda mu, s, c: _p(mu, s, c) * (1 - _p(mu, s, c)) / s**2, "(?s)too large.*scale's"),
+    # the Rayleigh's tail taken as exp(-r^2)
+    (lambda mu, s, c: torch.exp(-((c - mu) / s) ** 2) * (1 - torch.exp(-((c - mu) / s) ** 2))
+     / (2 * math.pi * s**2), "Rayleigh's tail"),
+    # sigma instead of sigma^2
+    (lambda mu, s, c: _p(mu, s, c) * (1 - _p(mu, s, c)) / (2 * math.pi * s),
+     "enters the variance squared"),
+    # d without dividing by sigma
+    (lambda mu, s, c: _p(mu, torch.ones_like(s), c) * (1 - _p(mu, torch.ones_like(s), c))
+     / (2 * math.pi * s**2), "in units of sigma"),
+    # the wrong side: 1 - p below the mean in the second moment
+    (lambda mu, s, c: (torch.where(c >= mu, _p(mu, s, c), 1 - _p(mu, s, c)) - _p(mu, s, c) ** 2)
+     / (2 * math.pi * s**2), "same probability exp"),
+    # the score function's variance
+    (score_variance_for_the_step, "score function's variance"),
+    # without the 2 pi
+    (lambda mu, s, c: _p(mu, s, c) * (1 - _p(mu, s, c)) / s**2 / math.pi, "too large"),
+    # Bernoulli variance p (1 - p) without the constant
+    (lambda mu, s, c: _p(mu, s, c) * (1 - _p(mu, s, c)), "wrong at"),
+    # the chapter's one number for every input
+    (lambda mu, s, c: torch.full_like(mu, 0.03798), "wrong at 1 of 1 entries"),
+    # float32, a Python number, one number for a batch, in place
+    (lambda mu, s, c: mv_step_variance(mu, s, c).float(), "your variance is torch.float32"),
+    (lambda mu, s, c: float(mv_step_variance(mu, s, c)[0]), "should be a float tensor of shape"),
+    (lambda mu, s, c: mv_step_variance(mu, s, c).mean(), "should be a float tensor of shape"),
+    (mv_in_place, "changed its arguments in place"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_mv_step_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("estimators-ex-mv-step", answer)
+
+
+def test_mv_step_refuses_the_package():
+    from softmaxbook import estimators as es
+
+    def by_quadrature(mu, sigma, c):
+        out = [es.gaussian_gradient_moments(
+            lambda z, c_=ci: (torch.sign(z - c_) + 1) / 2, m, s, breaks=[ci]
+        )["var"]["measure-valued"] for m, s, ci in zip(mu.flatten().tolist(),
+                                                        sigma.flatten().tolist(),
+                                                        c.flatten().tolist())]
+        return torch.tensor(out, dtype=torch.float64).reshape(mu.shape)
+
+    with pytest.raises(ExerciseCheckFailed, match="calls softmaxbook.estimators."
+                                                  "gaussian_gradient_moments"):
+        check("estimators-ex-mv-step", by_quadrature)
+
+    def by_sampling(mu, sigma, c):
+        return es.measure_valued_estimates(lambda z: (z > c).double(), mu, sigma, 4).var(0)
+
+    with pytest.raises(ExerciseCheckFailed, match="calls softmaxbook.estimators."
+                                                  "measure_valued_estimates"):
+        check("estimators-ex-mv-step", by_sampling)
+
+
+# --- estimators-ex-surrogate: value f, gradient grad f + (f - b) grad log_prob ----------------
+def surrogate_right(log_prob, f, b):
+    return f + (log_prob - log_prob.detach()) * (f - b).detach()
+
+
+def surrogate_magic_box(log_prob, f, b):
+    # DiCE's form: exp(lp - stopgrad lp) is 1 in value, its gradient grad lp
+    return f + (torch.exp(log_prob - log_prob.detach()) - 1) * (f.detach() - b.detach())
+
+
+def surrogate_reordered(log_prob, f, b):
+    weight = f.detach() - b.detach()
+    return weight * log_prob - weight * log_prob.detach() + f
+
+
+def surrogate_weight_not_detached(log_prob, f, b):
+    # also right to first order: the weight's own gradient is multiplied by
+    # log_prob - log_prob.detach(), which is 0 in value
+    return f + (log_prob - log_prob.detach()) * (f - b)
+
+
+@pytest.mark.parametrize("answer", [surrogate_right, surrogate_magic_box, surrogate_reordered,
+                                    surrogate_weight_not_detached])
+def test_surrogate_accepts_right_answers(answer, capsys):
+    assert check("estimators-ex-surrogate", answer)
+    assert "correct on 4 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("answer, message", [
+    # the textbook loss log p * f: value not f
+    (lambda lp, f, b: lp * f, "surrogate's value"),
+    (lambda lp, f, b: lp * (f - b).detach(), "surrogate's value"),
+    (lambda lp, f, b: f + lp * (f - b).detach(), "surrogate's value"),
+    # value f by subtracting a detached copy, but the weight not detached: b gets -log_prob
+    (lambda lp, f, b: f + lp * (f - b) - (lp * (f - b)).detach(),
+     "baseline b receives a gradient"),
+    # the same with b detached: log_prob * grad f joins f's gradient
+    (lambda lp, f, b: f + lp * (f - b.detach()) - (lp * (f - b)).detach(),
+     "(?s)gradient in w.*detach f inside"),
+    # the baseline forgotten
+    (lambda lp, f, b: f + (lp - lp.detach()) * f.detach(), "baseline b is missing"),
+    # the sign
+    (lambda lp, f, b: f + (lp.detach() - lp) * (f - b).detach(), "sign is wrong"),
+    # f detached: no pathwise gradient for the decoder
+    (lambda lp, f, b: f.detach() + (lp - lp.detach()) * (f - b).detach(),
+     "f's own gradient is missing"),
+    # everything detached
+    (lambda lp, f, b: f.detach().clone(), "carries no gradient"),
+    # reduced
+    (lambda lp, f, b: surrogate_right(lp, f, b).mean(), "should be a float tensor of f's shape"),
+    (lambda lp, f, b: surrogate_right(lp, f, b).sum(-1), "should be a float tensor of f's shape"),
+    # float32
+    (lambda lp, f, b: surrogate_right(lp, f, b).float(), "is torch.float32"),
+    # the library's answer
+    (lambda lp, f, b: score_function_surrogate(lp, f, b), "calls softmaxbook.estimators"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_surrogate_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("estimators-ex-surrogate", answer)

@@ -21,6 +21,16 @@
 * ``estimators-ex-best-baseline`` (a derivation's end result): ``best_baseline(mu, a)``, the
   constant baseline of least variance mu^2 + 3 in that example (E f = mu^2 + 1, a factor a or
   a^2, and the variance instead of the baseline get hints of their own).
+* ``estimators-ex-mv-step`` (a derivation's end result): ``mv_step_variance(mu, sigma, c)``, the
+  variance of the coupled measure-valued estimator of d/dmu P(z > c), z ~ N(mu, sigma^2) (the
+  second moment, the mean, the scale's constant 1/sigma, e^{-d^2} for e^{-d^2/2}, sigma for
+  sigma^2, the wrong side of mu, and the score function's variance get hints of their own; the
+  package's gaussian_gradient_moments and measure_valued_estimates are caught).
+* ``estimators-ex-surrogate``: ``reinforce_surrogate(log_prob, f, b)``, the surrogate whose
+  value is f and whose gradient is (f - b) grad log_prob + grad f (log_prob * f, a value that is
+  not f, a missing baseline, a baseline that receives gradient, a weight that passes
+  log_prob * grad f, a sign error, a detached f, a reduced result, float32 and the package's
+  score_function_surrogate are caught).
 """
 
 from __future__ import annotations
@@ -450,4 +460,168 @@ def _check_best_baseline(best_baseline):
                        "c* = E[f s^2] / E[s^2] with f = z^2 = (mu + eps)^2 and s = a eps: "
                        "expand, keep the even powers of eps (E eps^2 = 1, E eps^4 = 3).",
                        known)
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# estimators-ex-mv-step: the variance of the coupled measure-valued estimator for a step
+def _mv_step_cases():
+    g = check_generator(97)  # public in a notebook; the grader's secret salt changes it
+    n = 200
+    mu = (6 * torch.rand(n, generator=g, **F64) - 3).round(decimals=3)
+    sigma = (0.2 + 2.8 * torch.rand(n, generator=g, **F64)).round(decimals=3)
+    c = (8 * torch.rand(n, generator=g, **F64) - 4).round(decimals=3)
+    t = dict(**F64)
+    return [
+        ("the chapter's mu = 3, sigma = 1, c = 4", torch.tensor([3.0], **t),
+         torch.tensor([1.0], **t), torch.tensor([4.0], **t)),
+        ("the step below the mean: mu = 3, sigma = 1, c = 2 and 1", torch.tensor([3.0, 3.0], **t),
+         torch.ones(2, **t), torch.tensor([2.0, 1.0], **t)),
+        ("the step at the mean, c = mu", torch.tensor([0.0, 1.5], **t),
+         torch.tensor([1.0, 0.5], **t), torch.tensor([0.0, 1.5], **t)),
+        ("one step, several sigma", torch.zeros(4, **t), torch.tensor([0.25, 0.5, 2.0, 4.0], **t),
+         torch.ones(4, **t)),
+        (f"{n} random mu in [-3, 3], sigma in [0.2, 3], c in [-4, 4]", mu, sigma, c),
+        ("a [2, 3] batch", mu[:6].reshape(2, 3), sigma[:6].reshape(2, 3), c[:6].reshape(2, 3)),
+    ]
+
+
+@exercise("estimators-ex-mv-step", "variance of the measure-valued estimator for a step")
+def _check_mv_step(mv_step_variance):
+    """``mv_step_variance(mu, sigma, c)`` -> the variance of the coupled measure-valued estimate
+    of d/dmu P(z > c), z ~ N(mu, sigma^2), elementwise on float64 tensors."""
+    cases = _mv_step_cases()
+    for name, mu, sigma, c in cases:
+        desc = f"mu = {describe(mu)}, sigma = {describe(sigma)}, c = {describe(c)} ({name})"
+        args = (mu.clone(), sigma.clone(), c.clone())
+        with watch_calls(_es.gaussian_gradient_moments, _es.measure_valued_estimates) as seen:
+            got = call(mv_step_variance, *args, input_desc=desc)
+        expect_true(not seen,
+                    f"for input {desc} your function calls softmaxbook.estimators."
+                    f"{seen[0] if seen else ''}, which computes (or samples) this variance.",
+                    hint="derive it: the coupled estimate takes only two values.")
+        expect_true(all(torch.equal(x, y) for x, y in zip(args, (mu, sigma, c))),
+                    f"for input {desc} your function changed its arguments in place.",
+                    hint="compute a new tensor; do not use in-place methods such as sub_.")
+        d = (c - mu) / sigma
+        p = torch.exp(-0.5 * d**2)
+        two_pi_s2 = 2 * math.pi * sigma**2
+        expected = p * (1 - p) / two_pi_s2
+        q = torch.exp(-(d**2))
+        side = torch.where(c >= mu, p, 1 - p)
+        phi = torch.exp(-0.5 * d**2) / math.sqrt(2 * math.pi)
+        sf = torch.special.ndtr(-d)
+        known = (
+            (p / two_pi_s2, "that is the second moment E[g^2]; the variance subtracts the "
+                            "squared mean, the gradient itself."),
+            (p / (sigma * math.sqrt(2 * math.pi)), "that is the estimator's mean, the gradient "
+                                                   "(the density at c); the exercise asks for "
+                                                   "its variance."),
+            (p * (1 - p) / sigma**2, "1 / sigma is the constant of the scale's decomposition; "
+                                     "for the mean each part has mass 1 / (sigma sqrt(2 pi))."),
+            (q * (1 - q) / two_pi_s2, "check the Rayleigh's tail: P(R > r) = exp(-r^2 / 2), "
+                                      "not exp(-r^2)."),
+            (p * (1 - p) / (2 * math.pi * sigma), "the constant c = 1 / (sigma sqrt(2 pi)) "
+                                                  "enters the variance squared: sigma^2."),
+            (torch.exp(-0.5 * (c - mu) ** 2) * (1 - torch.exp(-0.5 * (c - mu) ** 2)) / two_pi_s2,
+             "R is measured in units of sigma: z = mu +- sigma R passes c when R > |c - mu| / "
+             "sigma."),
+            ((side - p**2) / two_pi_s2,
+             "below the mean the estimate is c (1 - 1[R < d]) = c 1[R >= d] again: the same "
+             "probability exp(-d^2 / 2) on both sides of mu."),
+            (((sf + d * phi) - phi**2) / sigma**2,
+             "that is the score function's variance, E[1(z > c) (z - mu)^2] / sigma^4 minus "
+             "the squared gradient; the exercise asks for the measure-valued estimator's."),
+        )
+        expect_formula(got, expected, {"mu": mu, "sigma": sigma, "c": c}, desc, "variance",
+                       p / two_pi_s2 + 1e-300,
+                       "with the same R for both parts, exactly one of mu + sigma R and "
+                       "mu - sigma R can lie on the far side of c from mu: the estimate is a "
+                       "constant times a 0/1 variable. Find its probability, then its "
+                       "variance.", known)
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# estimators-ex-surrogate: REINFORCE as a surrogate objective
+def _surrogate_cases():
+    g = check_generator(101)  # public in a notebook; the grader's secret salt changes it
+    cases = []
+    for name, k, shape in (("4 classes, 6 draws", 4, (6,)), ("2 classes, 1 draw", 2, (1,)),
+                           ("5 classes, a [2, 3] batch of draws", 5, (2, 3)),
+                           ("3 classes, 50 draws", 3, (50,))):
+        theta = (2 * torch.randn(k, generator=g, **F64)).round(decimals=3)
+        w = (2 * torch.randn(k, generator=g, **F64)).round(decimals=3)
+        z = torch.randint(0, k, shape, generator=g)
+        b = (3 * torch.randn(shape, generator=g, **F64)).round(decimals=3)
+        cases.append((name, theta, w, z, b))
+    return cases
+
+
+@exercise("estimators-ex-surrogate", "REINFORCE as a surrogate objective")
+def _check_surrogate(reinforce_surrogate):
+    """``reinforce_surrogate(log_prob, f, b)`` -> a tensor of f's shape, equal to f, whose
+    gradient is grad f + (f - b) grad log_prob; b receives no gradient."""
+    cases = _surrogate_cases()
+    for name, theta0, w0, z, b0 in cases:
+        desc = (f"log_prob = log softmax(theta)[z] with theta = {describe(theta0)}, "
+                f"z = {describe(z)}, f = w[z]^2 with w = {describe(w0)}, b = {describe(b0)} "
+                f"({name})")
+        theta = theta0.clone().requires_grad_(True)
+        w = w0.clone().requires_grad_(True)
+        b = b0.clone().requires_grad_(True)
+        log_prob = torch.log_softmax(theta, -1)[z]
+        f = w[z] ** 2
+        with watch_calls(_es.score_function_surrogate) as seen:
+            got = call(reinforce_surrogate, log_prob, f, b, input_desc=desc)
+        expect_true(not seen,
+                    f"for input {desc} your function calls "
+                    "softmaxbook.estimators.score_function_surrogate, the library's answer.",
+                    hint="build it from log_prob, f, b and .detach().")
+        expect_true(isinstance(got, torch.Tensor) and got.is_floating_point()
+                    and tuple(got.shape) == tuple(f.shape),
+                    f"for input {desc} the surrogate should be a float tensor of f's shape "
+                    f"{tuple(f.shape)}, one value per draw; got {describe(got)}.",
+                    hint="work elementwise; do not take the mean or the sum.")
+        expect_true(got.dtype == torch.float64,
+                    f"for input {desc} (float64) your surrogate is {got.dtype}.",
+                    hint="do not convert to float32 (.float()).")
+        expect_close(got.detach(), f.detach(), input_desc=desc, rtol=1e-12, atol=1e-12,
+                     what="surrogate's value",
+                     hint="the surrogate's value should be f itself, so that it reports the "
+                          "objective: the score-function term must be 0 in value, e.g. a "
+                          "factor log_prob - log_prob.detach().")
+        expect_true(got.requires_grad,
+                    f"for input {desc} your surrogate carries no gradient.",
+                    hint="keep log_prob and f in the graph; detach only the weight f - b.")
+        g_theta, g_w, g_b = torch.autograd.grad(got.sum(), (theta, w, b), allow_unused=True)
+        p = torch.softmax(theta0, -1)
+        score = torch.nn.functional.one_hot(z, len(theta0)).to(p.dtype) - p
+        fz = (w0[z] ** 2)
+        want_theta = ((fz - b0)[..., None] * score).reshape(-1, len(theta0)).sum(0)
+        want_w = torch.zeros_like(w0).index_add_(0, z.flatten(), (2 * w0[z]).flatten())
+        expect_true(g_b is None or bool((g_b == 0).all()),
+                    f"for input {desc} the baseline b receives a gradient "
+                    f"({describe(g_b)}).",
+                    hint="a baseline is trained by its own loss, never by the surrogate: "
+                         "multiply the weight f - b by a factor that is 0 in value, "
+                         "log_prob - log_prob.detach(), or detach it.")
+        zero_theta = torch.zeros_like(theta0) if g_theta is None else g_theta
+        no_base = ((fz[..., None]) * score).reshape(-1, len(theta0)).sum(0)
+        theta_hint = "the score-function term's gradient is (f - b) * grad log_prob."
+        if bool(torch.allclose(zero_theta, no_base, atol=1e-9)) and not bool(
+                torch.allclose(no_base, want_theta, atol=1e-9)):
+            theta_hint = "the baseline b is missing: the weight is f - b, not f."
+        elif bool(torch.allclose(zero_theta, -want_theta, atol=1e-9)):
+            theta_hint = "the sign is wrong: the gradient is +(f - b) grad log_prob."
+        expect_close(zero_theta, want_theta, input_desc=desc, rtol=1e-9, atol=1e-10,
+                     what="gradient in theta (the score-function term)", hint=theta_hint)
+        zero_w = torch.zeros_like(w0) if g_w is None else g_w
+        expect_close(zero_w, want_w, input_desc=desc, rtol=1e-9, atol=1e-10,
+                     what="gradient in w (f's own gradient)",
+                     hint=("f's own gradient is missing: the surrogate needs f itself in the "
+                           "graph (a decoder is trained through it)." if g_w is None
+                           or bool((g_w == 0).all()) else
+                           "f's gradient should pass once, unweighted: detach f inside the "
+                           "weight, or log_prob * grad f joins it."))
     return len(cases)
