@@ -867,7 +867,8 @@ def location_jacobians(model: GlimpseNet, annotations: torch.Tensor, labels: tor
     """Per example and location, the gradients of ``log p(s | a)`` and ``log p(y | s, a)`` with
     respect to all of the model's parameters.
 
-    Every estimator of this chapter's gradients, at one draw, is a combination of these
+    Every estimator of this chapter's gradients but straight-through (which differentiates
+    through the relaxed sample), at one draw, is a combination of these
     ``2L`` vectors per example (REINFORCE: ``(r - b) grad log alpha_s + grad log p(y | s, a)``;
     the importance-weighted bound: ``sum_s w~_s (grad log alpha_s + grad log p(y | s, a))``), so
     with them the exact mean and variance of an estimator follow from a finite sum
