@@ -733,12 +733,37 @@ def numpy_murphy(forecasts, outcomes, n_bins):
     return [rel, res, o.mean() * (1 - o.mean())]
 
 
+def _murphy_of_bins(forecasts, outcomes, idx):
+    o = outcomes.double()
+    rel = res = 0.0
+    for m in idx.unique():
+        inside = idx == m
+        w = inside.double().mean()
+        rel += w * (forecasts[inside].mean() - o[inside].mean()) ** 2
+        res += w * (o[inside].mean() - o.mean()) ** 2
+    return rel, res, o.mean() * (1 - o.mean())
+
+
+def linspace_murphy(forecasts, outcomes, n_bins):
+    # right-closed bins, but with the edges of torch.linspace(0, 1, M + 1)
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64)
+    idx = (torch.bucketize(forecasts, edges) - 1).clamp(0, n_bins - 1)
+    return _murphy_of_bins(forecasts, outcomes, idx)
+
+
+def exact_edges_murphy(forecasts, outcomes, n_bins):
+    # right: bucketize on the edges m / M, each m / M correctly rounded
+    edges = torch.arange(n_bins + 1, dtype=torch.float64) / n_bins
+    idx = (torch.bucketize(forecasts, edges) - 1).clamp(0, n_bins - 1)
+    return _murphy_of_bins(forecasts, outcomes, idx)
+
+
 def test_murphy_accepts_reference(capsys):
     assert check("calibration-murphy", right_murphy)
 
 
 @pytest.mark.parametrize("answer", [
-    bincount_murphy, numpy_murphy,
+    bincount_murphy, numpy_murphy, exact_edges_murphy,
     lambda f, o, m: tuple(torch.tensor(float(v)) for v in right_murphy(f, o, m)),
     lambda f, o, m: tuple(torch.tensor(float(v), dtype=torch.float32)
                           for v in right_murphy(f, o, m)),
@@ -799,6 +824,8 @@ def _variant(rel_sq=True, res_base="obar", res_bin="obar", unc="right", closed="
     (_variant(unc="obar"), "(?s)does not depend on the forecasts"),
     (_variant(unc="forecast"), "(?s)forecasts \\[0.2, 0.4.*expected uncertainty"),
     (_variant(closed="left"), "(?s)bin edges.*closed on the right"),
+    # R6 review: edges from torch.linspace were accepted (no case sat on such an edge)
+    (linspace_murphy, "(?s)of 20 bins.*not m/M"),
     (_variant(skip_empty=False), "(?s)empty bins.*not a finite number"),
     (lambda f, o, m: (lambda r: (r[1], r[0], r[2]))(right_murphy(f, o, m)),
      "reliability and resolution are swapped"),
@@ -907,6 +934,9 @@ def _wrong(per_class=False, diagonal=False, ddof=0, pooled_mean=False, no_invers
     (_wrong(reduce="max"), "(?s)6 fitting points.*expected scores"),
     (_wrong(sign=1), "wrong sign"),
     (_wrong(root=True), "not its square root"),
+    # right formula in float32 arithmetic: told so, not sent back to the formula
+    (lambda a, b, c: right_mahalanobis(a.float(), b, c.float()).double(),
+     "(?s)6 fitting points.*float64's precision"),
     (lambda a, b, c: right_mahalanobis(a, b, c)[:, None], "return a tensor of shape"),
     (lambda a, b, c: __import__("softmaxbook.calibration_beyond", fromlist=["x"])
      .mahalanobis_score(c, *__import__("softmaxbook.calibration_beyond", fromlist=["x"])

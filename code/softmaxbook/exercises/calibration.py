@@ -19,7 +19,8 @@
   with the multipliers' sign of (calibration-lagrangian) (a flipped sign gets a hint).
 * ``calibration-murphy``: ``murphy_terms(forecasts, outcomes, n_bins)``, Murphy's reliability,
   resolution and uncertainty of a binary forecast with the chapter's right-closed equal-width
-  bins, compared to RTOL (unweighted bins, left-closed bins, the mean forecast in place of the
+  bins, compared to RTOL (unweighted bins, left-closed bins, edges from ``torch.linspace``
+  (0.55 of 20 bins one bin up), the mean forecast in place of the
   base rate, NaN from empty bins and swapped terms are caught; the package's
   ``brier_decomposition`` is rejected).
 * ``calibration-mahalanobis``: ``mahalanobis_ood(h_fit, y_fit, h)``, minus the smallest squared
@@ -550,6 +551,14 @@ def _murphy_cases():
         # forecasts only in (0.6, 0.9): most of the 10 bins are empty
         ("40 forecasts in (0.6, 0.9) (empty bins), 10 bins",
          0.6 + 0.3 * f[:40], o[:40], 10),
+        # edges of 20 bins, where torch.linspace(0, 1, 21) is not m / M: it gives
+        # 0.5499999999999999 for 11/20, which moves 0.55 one bin up (its 0.15000000000000002,
+        # 0.30000000000000004, 0.35000000000000003 lie above 3/20, 6/20, 7/20: harmless;
+        # ceil(f * M) - 1 is exact for all eight)
+        ("forecasts on the bin edges [0.15, 0.3, 0.35, 0.55] of 20 bins and beside them "
+         "[0.16, 0.31, 0.36, 0.54], outcomes [1, 0, 1, 1, 0, 1, 0, 0], 20 bins",
+         torch.tensor([0.15, 0.3, 0.35, 0.55, 0.16, 0.31, 0.36, 0.54], **f64),
+         torch.tensor([1, 0, 1, 1, 0, 1, 0, 0]), 20),
     ]
     if check_salt():  # the grader's secret salt: another size, base rate and bin count
         n = int(torch.randint(50, 200, (1,), generator=g))
@@ -590,7 +599,13 @@ def _check_murphy(murphy_terms):
                           "the bins' observed frequencies around the overall frequency of the "
                           "outcome (not the mean forecast).",
         }
-        if "edges" in desc:
+        if "edges" in desc and "20 bins" in desc:
+            edge_hint = ("a forecast exactly on an edge m/M belongs to bin m: 0.55 with 20 bins "
+                         "is in (0.50, 0.55], 0.3 in (0.25, 0.30]. Edges from torch.linspace("
+                         "0, 1, 21) are not m/M (linspace gives 0.5499999999999999 and "
+                         "0.30000000000000004): use ceil(f * M) - 1, or edges m / M.")
+            hints["reliability"] = hints["resolution"] = edge_hint
+        elif "edges" in desc:
             edge_hint = ("bins are closed on the right, [0, 1/M], ((m-1)/M, m/M]: 0.25 with 4 "
                          "bins is in the first bin, 1 in the last; floor(f * M) puts them one "
                          "bin up.")
@@ -661,6 +676,10 @@ def _check_mahalanobis(mahalanobis_ood):
                     "so return minus the smallest squared distance.")
         elif torch.allclose(g, -(-want).sqrt(), rtol=1e-6, atol=1e-9):
             hint = "the score uses the squared distance, not its square root."
+        elif torch.allclose(g, want, rtol=1e-3, atol=1e-6):
+            hint = ("close, but not to float64's precision: compute in float64 (the "
+                    "inputs' dtype); float32 loses ~1e-7 of every number, and inverting "
+                    "the covariance multiplies that by its condition number.")
         expect_close(got.double(), want, input_desc=desc, rtol=1e-6, atol=1e-9,
                      what="scores", hint=hint)
     return len(cases)
