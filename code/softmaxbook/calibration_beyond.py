@@ -457,7 +457,7 @@ def trace_temperature_recipe(logits: torch.Tensor, labels: torch.Tensor, *, init
             # converged at the start of the call (|g| <= 1e-7): LBFGS returned without a step
             seen.pop()
             break
-        if float(temperature) == seen[-1][0]:
+        if temperature.detach().item() == seen[-1][0]:
             # LBFGS computed a direction but did not step: its test g d > -1e-9 (no descent
             # left) breaks before the update. The recipe's single call stops there too; the
             # trace ends with it rather than record a step that was never taken
