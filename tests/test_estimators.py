@@ -971,3 +971,18 @@ def test_bad_surrogate_input():
         score_function_surrogate(lp, f, torch.zeros(2))
     with pytest.raises(TypeError, match="argument 'baseline'"):
         score_function_surrogate(lp, f, "mean")
+
+
+def test_measure_valued_accepts_an_indicator_written_as_a_comparison():
+    # R6 review of chapter 6: f = lambda z: z > 4 (bool) raised torch's "Subtraction ... with
+    # two bool tensors is not supported", while gaussian_gradient_moments takes the same f.
+    # Same draws as the float indicator; the mean is the density at the jump, phi(1).
+    b = measure_valued_estimates(lambda z: z > 4, 3.0, 1.0, 20000, generator=gen(5))
+    fl = measure_valued_estimates(lambda z: (z > 4).float(), 3.0, 1.0, 20000,
+                                  generator=gen(5))
+    assert b.dtype == torch.float32
+    assert torch.equal(b, fl)
+    phi1 = math.exp(-0.5) / math.sqrt(2 * math.pi)
+    var = math.exp(-0.5) / (2 * math.pi) - phi1**2
+    # 5.5 standard errors: false alarm 4e-8
+    assert abs(b.double().mean().item() - phi1) < 5.5 * math.sqrt(var / 20000)

@@ -425,7 +425,8 @@ def measure_valued_estimates(f: Callable, mu, sigma, sample_shape=(), *, wrt: st
 
     Parameters
     ----------
-    f : callable ``f(x) -> Tensor`` of ``x``'s shape (elementwise). Only its values are used.
+    f : callable ``f(x) -> Tensor`` of ``x``'s shape (elementwise). Only its values are used;
+        a bool or integer result (an indicator ``x > c``) is cast to the parameters' dtype.
     mu, sigma : Tensor or float, broadcastable; ``sigma > 0``. Floats become tensors of the
         default dtype.
     sample_shape : int or tuple of ints
@@ -475,7 +476,9 @@ def measure_valued_estimates(f: Callable, mu, sigma, sample_shape=(), *, wrt: st
             got = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
             raise ValueError(f"{func}: argument 'f' must map a tensor elementwise (shape "
                              f"{tuple(x.shape)}), got {got} for {name}")
-    return c * (f_plus - f_minus).to(dtype)
+    # an indicator written as a comparison returns bool (or an integer tensor), which
+    # torch cannot subtract; gaussian_gradient_moments accepts it, so cast here too
+    return c * (f_plus.to(dtype) - f_minus.to(dtype))
 
 
 def _gauss_legendre(lo: float, hi: float, cuts, panels: int, order: int):
