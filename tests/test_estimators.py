@@ -986,3 +986,12 @@ def test_measure_valued_accepts_an_indicator_written_as_a_comparison():
     var = math.exp(-0.5) / (2 * math.pi) - phi1**2
     # 5.5 standard errors: false alarm 4e-8
     assert abs(b.double().mean().item() - phi1) < 5.5 * math.sqrt(var / 20000)
+
+
+def test_moments_overflow_is_a_clear_error():
+    # R6 review of chapter 6: sigma = 1e-300 raised Python's bare "OverflowError: (34,
+    # 'Numerical result out of range')" (gradient**2 of a float); sigma = 1e-160 returned
+    # infinite variances. Both now say what overflowed.
+    for sigma in (1e-300, 1e-160):
+        with pytest.raises(ValueError, match="overflow float64 \\(argument 'sigma'"):
+            gaussian_gradient_moments(lambda z: z**2, 0.0, sigma)

@@ -534,7 +534,8 @@ def gaussian_gradient_moments(f: Callable, mu: float, sigma: float, *, breaks=()
     exact to about 1e-12 relative, provided the panels resolve ``f``: put every jump of ``f`` in
     ``breaks`` (a panel edge there, so no panel straddles it), and for ``f`` that oscillates
     with angular frequency ``k`` keep ``k * 2 * width * sigma / panels`` below about 2
-    radians per panel (16 nodes integrate such a panel to machine precision).
+    radians per panel (16 nodes integrate such a panel to machine precision). Moments that
+    overflow float64 (a tiny ``sigma``) are refused with a ``ValueError``.
 
     Parameters
     ----------
@@ -590,37 +591,54 @@ def gaussian_gradient_moments(f: Callable, mu: float, sigma: float, *, breaks=()
                              f"at z = {float(z.detach()[~torch.isfinite(d)][0]):.6g}")
         return v.detach(), d.detach()
 
-    # the Gaussian: z = mu + sigma t, density phi(t)
-    t, wt = _gauss_legendre(-width, width, [(b - mu) / sigma for b in breaks], panels, order)
-    wt = wt * torch.exp(-0.5 * t**2) / math.sqrt(2 * math.pi)
-    fz, dfz = values(mu + sigma * t, "z", grad=True)
-    score = t / sigma
-    gradient = float((wt * fz * score).sum())
-    expectation = float((wt * fz).sum())
-    b = expectation if baseline is None else baseline
-    mean = {"score": gradient, "score + baseline": gradient, "pathwise": float((wt * dfz).sum())}
-    var = {
-        "score": float((wt * (fz * score) ** 2).sum()) - gradient**2,
-        "score + baseline": float((wt * ((fz - b) * score) ** 2).sum()) - gradient**2,
-        "pathwise": float((wt * dfz**2).sum()) - mean["pathwise"] ** 2,
-    }
-    # the Rayleigh: r > 0 with density r exp(-r^2 / 2); f(mu + sigma r) jumps at
-    # r = (b - mu) / sigma, f(mu - sigma r) at r = (mu - b) / sigma
-    cuts = [abs(b_ - mu) / sigma for b_ in breaks]
-    r, wr = _gauss_legendre(0.0, width, cuts, max(1, panels // 2), order)
-    wr = wr * r * torch.exp(-0.5 * r**2)
-    c = 1 / (sigma * math.sqrt(2 * math.pi))
-    f_plus = values(mu + sigma * r, "z")
-    f_minus = values(mu - sigma * r, "z")
-    diff = f_plus - f_minus
-    mean["measure-valued"] = c * float((wr * diff).sum())
-    mean["measure-valued, independent"] = mean["measure-valued"]
-    var["measure-valued"] = c**2 * float((wr * diff**2).sum()) - mean["measure-valued"] ** 2
-    var_plus = float((wr * f_plus**2).sum()) - float((wr * f_plus).sum()) ** 2
-    var_minus = float((wr * f_minus**2).sum()) - float((wr * f_minus).sum()) ** 2
-    var["measure-valued, independent"] = c**2 * (var_plus + var_minus)
-    return {"gradient": gradient, "expectation": expectation, "baseline": b, "mean": mean,
-            "var": var}
+    def moments():
+        # the Gaussian: z = mu + sigma t, density phi(t)
+        t, wt = _gauss_legendre(-width, width, [(b - mu) / sigma for b in breaks], panels,
+                                order)
+        wt = wt * torch.exp(-0.5 * t**2) / math.sqrt(2 * math.pi)
+        fz, dfz = values(mu + sigma * t, "z", grad=True)
+        score = t / sigma
+        gradient = float((wt * fz * score).sum())
+        expectation = float((wt * fz).sum())
+        b = expectation if baseline is None else baseline
+        mean = {"score": gradient, "score + baseline": gradient,
+                "pathwise": float((wt * dfz).sum())}
+        var = {
+            "score": float((wt * (fz * score) ** 2).sum()) - gradient**2,
+            "score + baseline": float((wt * ((fz - b) * score) ** 2).sum()) - gradient**2,
+            "pathwise": float((wt * dfz**2).sum()) - mean["pathwise"] ** 2,
+        }
+        # the Rayleigh: r > 0 with density r exp(-r^2 / 2); f(mu + sigma r) jumps at
+        # r = (b - mu) / sigma, f(mu - sigma r) at r = (mu - b) / sigma
+        cuts = [abs(b_ - mu) / sigma for b_ in breaks]
+        r, wr = _gauss_legendre(0.0, width, cuts, max(1, panels // 2), order)
+        wr = wr * r * torch.exp(-0.5 * r**2)
+        c = 1 / (sigma * math.sqrt(2 * math.pi))
+        f_plus = values(mu + sigma * r, "z")
+        f_minus = values(mu - sigma * r, "z")
+        diff = f_plus - f_minus
+        mean["measure-valued"] = c * float((wr * diff).sum())
+        mean["measure-valued, independent"] = mean["measure-valued"]
+        var["measure-valued"] = c**2 * float((wr * diff**2).sum()) - mean["measure-valued"] ** 2
+        var_plus = float((wr * f_plus**2).sum()) - float((wr * f_plus).sum()) ** 2
+        var_minus = float((wr * f_minus**2).sum()) - float((wr * f_minus).sum()) ** 2
+        var["measure-valued, independent"] = c**2 * (var_plus + var_minus)
+        return {"gradient": gradient, "expectation": expectation, "baseline": b, "mean": mean,
+                "var": var}
+
+    # a tiny sigma makes the score (z - mu) / sigma^2 overflow float64: say so, rather
+    # than raise Python's bare OverflowError or return inf
+    try:
+        out = moments()
+    except OverflowError:
+        out = None
+    numbers = [] if out is None else [out["gradient"], out["expectation"],
+                                      *out["mean"].values(), *out["var"].values()]
+    if out is None or not all(math.isfinite(x) for x in numbers):
+        raise ValueError(f"{func}: the moments overflow float64 (argument 'sigma' = "
+                         f"{sigma:g}: the score (z - mu) / sigma^2 or f's values are too "
+                         f"large); rescale z")
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
