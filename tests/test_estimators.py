@@ -995,3 +995,19 @@ def test_moments_overflow_is_a_clear_error():
     for sigma in (1e-300, 1e-160):
         with pytest.raises(ValueError, match="overflow float64 \\(argument 'sigma'"):
             gaussian_gradient_moments(lambda z: z**2, 0.0, sigma)
+
+
+def test_moments_refuse_an_f_that_outgrows_the_truncation():
+    # R6 review of chapter 6: for f = exp(3 z), mu = 0, sigma = 2, the pathwise second
+    # moment's integrand exp(12 t) phi(t) peaks at t = 12 = width: the quadrature returned
+    # a pathwise variance of 8.36e31 against the exact 9 (e^72 - e^36) = 1.67e32, silently.
+    with pytest.raises(ValueError, match="has not decayed"):
+        gaussian_gradient_moments(lambda z: torch.exp(3 * z), 0.0, 2.0)
+    # with room enough it is exact
+    m = gaussian_gradient_moments(lambda z: torch.exp(3 * z), 0.0, 2.0, width=24.0,
+                                  panels=1200)
+    exact = 9 * (math.exp(72) - math.exp(36))
+    assert abs(m["var"]["pathwise"] / exact - 1) < 1e-9
+    # a polynomial f at the default width is not refused
+    m = gaussian_gradient_moments(lambda z: z**8, 3.0, 1.0)
+    assert m["gradient"] > 0

@@ -534,8 +534,11 @@ def gaussian_gradient_moments(f: Callable, mu: float, sigma: float, *, breaks=()
     exact to about 1e-12 relative, provided the panels resolve ``f``: put every jump of ``f`` in
     ``breaks`` (a panel edge there, so no panel straddles it), and for ``f`` that oscillates
     with angular frequency ``k`` keep ``k * 2 * width * sigma / panels`` below about 2
-    radians per panel (16 nodes integrate such a panel to machine precision). Moments that
-    overflow float64 (a tiny ``sigma``) are refused with a ``ValueError``.
+    radians per panel (16 nodes integrate such a panel to machine precision). An ``f`` that
+    grows so fast that an integrand has not decayed at the truncation (more than 1e-10 of its
+    mass in the outermost twelfth of the range, e.g. ``exp(3 z)`` with ``sigma = 2``) is
+    refused with a ``ValueError`` rather than integrated wrongly; so are moments that
+    overflow float64 (a tiny ``sigma``).
 
     Parameters
     ----------
@@ -623,6 +626,27 @@ def gaussian_gradient_moments(f: Callable, mu: float, sigma: float, *, breaks=()
         var_plus = float((wr * f_plus**2).sum()) - float((wr * f_plus).sum()) ** 2
         var_minus = float((wr * f_minus**2).sum()) - float((wr * f_minus).sum()) ** 2
         var["measure-valued, independent"] = c**2 * (var_plus + var_minus)
+        # The truncation at width sigma is harmless only if every second-moment integrand
+        # has decayed there. An f that grows exponentially (exp(3z), sigma = 2: its square's
+        # integrand peaks at 12 sigma) would otherwise give moments off by a factor of 2,
+        # silently. Refuse when the outermost twelfth of the range holds more than 1e-10 of
+        # an integrand's mass (for f = z^2 at width 12 it is below 1e-20).
+        edge_t, edge_r = t.abs() > width * 11 / 12, r > width * 11 / 12
+        integrands = (
+            (wt * fz**2, edge_t, "f^2"), (wt * (fz * score) ** 2, edge_t, "score"),
+            (wt * ((fz - b) * score) ** 2, edge_t, "score + baseline"),
+            (wt * dfz**2, edge_t, "pathwise"), (wr * f_plus**2, edge_r, "f(x+)^2"),
+            (wr * f_minus**2, edge_r, "f(x-)^2"), (wr * diff**2, edge_r, "MV"))
+        for x, edge, what in integrands:
+            total = float(x.abs().sum())
+            share = float(x[edge].abs().sum()) / total if total > 0 else 0.0
+            # (a non-finite share is an overflow, reported below)
+            if math.isfinite(share) and share > 1e-10:
+                raise ValueError(
+                    f"{func}: the {what} integrand has not decayed at mu +- width * sigma "
+                    f"({share:.1e} of its mass lies beyond {width * 11 / 12:.4g} sigma): f "
+                    f"grows too fast for argument 'width' = {width:g}; raise 'width' (and "
+                    f"'panels' with it)")
         return {"gradient": gradient, "expectation": expectation, "baseline": b, "mean": mean,
                 "var": var}
 
