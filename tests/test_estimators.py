@@ -1011,3 +1011,18 @@ def test_moments_refuse_an_f_that_outgrows_the_truncation():
     # a polynomial f at the default width is not refused
     m = gaussian_gradient_moments(lambda z: z**8, 3.0, 1.0)
     assert m["gradient"] > 0
+
+
+def test_surrogate_keeps_f_shape_and_dtype_whatever_the_baseline():
+    # R6 review of chapter 6: a float64 baseline turned a float32 surrogate into float64, and
+    # a baseline of shape (2, 4) against f of shape (4,) returned a (2, 4) result, both
+    # silently, although the docstring promises f's shape and f's and log_prob's dtype.
+    theta = torch.zeros(4, requires_grad=True)
+    lp = torch.log_softmax(theta, -1)
+    f = torch.arange(4.0)
+    out = score_function_surrogate(lp, f, torch.ones(4, dtype=torch.float64))
+    assert out.dtype == torch.float32 and torch.equal(out.detach(), f)
+    with pytest.raises(ValueError, match="argument 'baseline' of shape \\(2, 4\\)"):
+        score_function_surrogate(lp, f, torch.zeros(2, 4))
+    # a baseline that broadcasts to f's shape is still taken
+    assert score_function_surrogate(lp, f, torch.zeros(1)).shape == (4,)

@@ -377,10 +377,16 @@ def score_function_surrogate(log_prob: torch.Tensor, f: torch.Tensor, baseline=N
         b = as_float_tensor(baseline, "baseline", func, allow_empty=True)
         check_finite(b.detach(), "baseline", func)
         try:
-            torch.broadcast_shapes(b.shape, f.shape)
+            fits = torch.broadcast_shapes(b.shape, f.shape) == f.shape
         except RuntimeError:
+            fits = False
+        # a baseline of more dimensions than f would broadcast f up and return a result
+        # that is not of f's shape
+        if not fits:
             raise ValueError(f"{func}: argument 'baseline' of shape {tuple(b.shape)} does not "
-                             f"broadcast to f's shape {tuple(f.shape)}") from None
+                             f"broadcast to f's shape {tuple(f.shape)}")
+        # f's dtype, so that a float64 baseline does not promote a float32 result
+        b = b.to(f.dtype)
     elif isinstance(baseline, Real) and not isinstance(baseline, bool):
         if not math.isfinite(baseline):
             raise ValueError(f"{func}: argument 'baseline' must be finite, got {baseline}")
