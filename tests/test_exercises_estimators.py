@@ -13,11 +13,13 @@ from softmaxbook.estimators import (
     score_function_surrogate,
 )
 from softmaxbook.exercises import ExerciseCheckFailed, check, registered
+from softmaxbook.vae import free_bits_kl
 
 
 def test_registered():
     assert registered("estimators") == ["estimators-bernoulli-score",
-                                        "estimators-ex-best-baseline", "estimators-ex-mv-step",
+                                        "estimators-ex-best-baseline",
+                                        "estimators-ex-free-bits", "estimators-ex-mv-step",
                                         "estimators-ex-surrogate", "estimators-ex-variances",
                                         "estimators-gaussian-kl", "estimators-laplace-sampler"]
 
@@ -721,3 +723,65 @@ def test_surrogate_accepts_right_answers(answer, capsys):
 def test_surrogate_rejects_wrong_answers(answer, message):
     with pytest.raises(ExerciseCheckFailed, match=message):
         check("estimators-ex-surrogate", answer)
+
+
+# --- estimators-ex-free-bits: sum_k max(lam, mean over the batch of KL_k) -----------------------
+def _kl(mu, lv):
+    return 0.5 * (lv.exp() + mu**2 - 1 - lv)
+
+
+def free_bits_right(mu, logvar, lam):
+    return torch.clamp(_kl(mu, logvar).mean(0), min=lam).sum()
+
+
+def free_bits_maximum(mu, logvar, lam):
+    per = (torch.exp(logvar) + mu * mu - 1.0 - logvar).sum(0) / (2 * mu.shape[0])
+    return torch.maximum(per, torch.full_like(per, lam)).sum()
+
+
+def free_bits_where(mu, logvar, lam):
+    per = _kl(mu, logvar).mean(dim=0)
+    return torch.where(per > lam, per, torch.zeros_like(per) + lam).sum()
+
+
+@pytest.mark.parametrize("answer", [free_bits_right, free_bits_maximum, free_bits_where])
+def test_free_bits_accepts_right_answers(answer, capsys):
+    assert check("estimators-ex-free-bits", answer)
+    assert "correct on 4 test cases" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("answer, message", [
+    # clamp each digit's KL, then average
+    (lambda m, v, lam: torch.clamp(_kl(m, v), min=lam).mean(0).sum(), "after the mean"),
+    # clamp the whole KL
+    (lambda m, v, lam: torch.clamp(_kl(m, v).sum(-1).mean(), min=lam), "per latent dimension"),
+    # the hinge
+    (lambda m, v, lam: torch.clamp(_kl(m, v).mean(0) - lam, min=0).sum(), r"not max\(0"),
+    # min for max
+    (lambda m, v, lam: torch.clamp(_kl(m, v).mean(0), max=lam).sum(), "not min"),
+    # sum over the batch
+    (lambda m, v, lam: torch.clamp(_kl(m, v).sum(0), min=lam).sum(), "do not sum it"),
+    # no 1/2
+    (lambda m, v, lam: torch.clamp(2 * _kl(m, v).mean(0), min=lam).sum(), "factor 1/2"),
+    # per digit, not reduced over the batch
+    (lambda m, v, lam: torch.clamp(_kl(m, v), min=lam).sum(-1), "should be a 0-d tensor"),
+    # per dimension, not summed
+    (lambda m, v, lam: torch.clamp(_kl(m, v).mean(0), min=lam), "should be a 0-d tensor"),
+    # float32
+    (lambda m, v, lam: free_bits_right(m, v, lam).float(), "is torch.float32"),
+    # right value, but the KL's gradient passes below lam
+    (lambda m, v, lam: (_kl(m, v).mean(0)
+                        + (lam - _kl(m, v).mean(0)).clamp(min=0).detach()).sum(),
+     "gradient in mu"),
+    # no gradient at all
+    (lambda m, v, lam: free_bits_right(m, v, lam).detach(), "carries no gradient"),
+    # the library
+    (lambda m, v, lam: free_bits_kl(m, v, lam), "calls the library's"),
+    (lambda m, v, lam: torch.clamp(gaussian_kl(m[..., None], v[..., None]).mean(0),
+                                   min=lam).sum(), "calls the library's gaussian_kl"),
+    (stub, "NotImplementedError"),
+    (..., "no answer yet"),
+])
+def test_free_bits_rejects_wrong_answers(answer, message):
+    with pytest.raises(ExerciseCheckFailed, match=message):
+        check("estimators-ex-free-bits", answer)

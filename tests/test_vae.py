@@ -185,3 +185,118 @@ def test_encode_names_a_wrong_width_and_takes_float64_counts():
     mu32, _ = model.encode(torch.ones(3, 64))
     mu64, _ = model.encode(torch.ones(3, 64, dtype=torch.float64))
     assert torch.equal(mu32, mu64)
+
+
+# -- posterior collapse: per-dimension KL, free bits, KL annealing, active units -----------------
+from softmaxbook.estimators import gaussian_kl  # noqa: E402
+from softmaxbook.vae import (  # noqa: E402
+    active_units,
+    free_bits_kl,
+    kl_per_dimension,
+    kl_warmup_weight,
+)
+
+
+def test_kl_per_dimension_sums_to_gaussian_kl():
+    g = gen(3)
+    mu = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    lv = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    per = kl_per_dimension(mu, lv)
+    assert per.shape == (5, 4)
+    assert torch.allclose(per.sum(-1), gaussian_kl(mu, lv), rtol=1e-12)
+    ref = 0.5 * (lv.exp() + mu**2 - 1 - lv)
+    assert torch.allclose(per, ref, rtol=1e-12)
+    # one row, the prior itself, and an infinite mean
+    assert float(kl_per_dimension(torch.zeros(3), torch.zeros(3)).abs().max()) == 0.0
+    with pytest.raises(ValueError, match="infinite"):
+        kl_per_dimension(torch.tensor([math.inf]), torch.zeros(1))
+
+
+def test_kl_per_dimension_low_precision_and_gradient():
+    mu = torch.tensor([[0.5, -1.0]], dtype=torch.float64, requires_grad=True)
+    lv = torch.tensor([[0.3, -0.2]], dtype=torch.float64, requires_grad=True)
+    kl_per_dimension(mu, lv).sum().backward()
+    assert torch.allclose(mu.grad, mu.detach(), rtol=1e-12)
+    assert torch.allclose(lv.grad, 0.5 * (lv.detach().exp() - 1), rtol=1e-12)
+    for dt in (torch.float16, torch.bfloat16):
+        out = kl_per_dimension(mu.detach().to(dt), lv.detach().to(dt))
+        assert out.dtype == dt
+        ref = kl_per_dimension(mu.detach().to(dt).double(), lv.detach().to(dt).double())
+        assert torch.allclose(out.double(), ref, rtol=2e-2, atol=1e-3)
+
+
+def test_free_bits_clamps_the_batch_mean_per_dimension():
+    mu = torch.tensor([[0.0, 2.0], [0.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    lv = torch.zeros(2, 2, dtype=torch.float64)
+    # per-dimension batch means: 0 and (2^2 / 2) / 2 = 1
+    assert free_bits_kl(mu, lv, 0.0).item() == pytest.approx(1.0, abs=1e-15)
+    assert free_bits_kl(mu, lv, 0.5).item() == pytest.approx(1.5, abs=1e-15)
+    assert free_bits_kl(mu, lv, 2.0).item() == pytest.approx(4.0, abs=1e-15)
+    # below lambda a dimension gets no gradient, above it the ordinary one
+    free_bits_kl(mu, lv, 0.5).backward()
+    assert torch.equal(mu.grad[:, 0], torch.zeros(2, dtype=torch.float64))
+    assert torch.allclose(mu.grad[:, 1], torch.tensor([1.0, 0.0], dtype=torch.float64))
+    # at lambda = 0 it is the mean of the ordinary KL, for any leading shape
+    g = gen(4)
+    m3 = torch.randn(2, 3, 4, generator=g, dtype=torch.float64)
+    l3 = torch.randn(2, 3, 4, generator=g, dtype=torch.float64)
+    assert torch.allclose(free_bits_kl(m3, l3, 0.0), gaussian_kl(m3, l3).mean(), rtol=1e-12)
+
+
+def test_kl_warmup_weight():
+    assert [kl_warmup_weight(t, 4) for t in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    assert kl_warmup_weight(0, 0) == 1.0 and kl_warmup_weight(7, 0) == 1.0
+
+
+def test_active_units_counts_variance_over_data():
+    mu = torch.tensor([[0.0, 1.0, 5.0], [0.0, -1.0, 5.001], [0.0, 0.5, 4.999]])
+    count, var = active_units(mu)
+    assert count == 1
+    assert torch.allclose(var, mu.var(0))
+    assert active_units(mu, threshold=0.0)[0] == 2
+    assert active_units(mu.to(torch.bfloat16))[0] == 1
+
+
+def test_train_vae_with_remedies_defaults_unchanged(data):
+    train = data[0][:200]
+    a = DigitsVAE(latent_dim=3, hidden=8, generator=gen(5)).double()
+    b = DigitsVAE(latent_dim=3, hidden=8, generator=gen(5)).double()
+    ha = train_vae(a, train, steps=5, generator=gen(6))
+    hb = train_vae(b, train, steps=5, kl_warmup=0, free_bits=0.0, generator=gen(6))
+    assert ha == hb
+    # free bits larger than any KL: the KL term is a constant, the encoder's
+    # variance gets no gradient from it; annealing: step 0 has no KL at all
+    c = DigitsVAE(latent_dim=3, hidden=8, generator=gen(5)).double()
+    hc = train_vae(c, train, steps=1, kl_warmup=10, generator=gen(6))
+    d = DigitsVAE(latent_dim=3, hidden=8, generator=gen(5)).double()
+    hd = train_vae(d, train, steps=1, kl_weight=0.0, generator=gen(6))
+    assert hc == hd
+    e = DigitsVAE(latent_dim=3, hidden=8, generator=gen(5)).double()
+    he = train_vae(e, train, steps=3, free_bits=0.7, generator=gen(6))
+    assert all(math.isfinite(v) for v in he)
+
+
+@pytest.mark.parametrize("call, exc, msg", [
+    (lambda: kl_per_dimension(torch.zeros(2, 3), torch.zeros(2, 2)), ValueError, "one shape"),
+    (lambda: kl_per_dimension(torch.tensor(0.0), torch.tensor(0.0)), ValueError,
+     "latent dimension"),
+    (lambda: kl_per_dimension(torch.tensor([math.nan]), torch.zeros(1)), ValueError, "NaN"),
+    (lambda: free_bits_kl(torch.zeros(2, 3), torch.zeros(2, 3), -0.1), ValueError, "free_bits"),
+    (lambda: free_bits_kl(torch.zeros(0, 3), torch.zeros(0, 3), 0.1), ValueError, "empty"),
+    (lambda: kl_warmup_weight(-1, 5), ValueError, "step"),
+    (lambda: kl_warmup_weight(1, 2.5), TypeError, "warmup"),
+    (lambda: active_units(torch.zeros(1, 3)), ValueError, "n >= 2"),
+    (lambda: active_units(torch.tensor([[math.inf], [0.0]])), ValueError, "mu"),
+    (lambda: active_units(torch.zeros(3, 2), threshold=-1.0), ValueError, "threshold"),
+])
+def test_collapse_helpers_refuse_bad_input(call, exc, msg):
+    with pytest.raises(exc, match=msg):
+        call()
+
+
+def test_train_vae_refuses_bad_remedies(data):
+    m = DigitsVAE(latent_dim=2, hidden=4, generator=gen(7))
+    with pytest.raises(ValueError, match="kl_warmup"):
+        train_vae(m, data[0][:10].float(), steps=1, kl_warmup=-1)
+    with pytest.raises(ValueError, match="free_bits"):
+        train_vae(m, data[0][:10].float(), steps=1, free_bits=-0.5)

@@ -28,6 +28,11 @@ References
   ``E log (1/K) sum_k p(x, z_k) / q(z_k | x)``, which increases with K towards ``log p(x)``).
 * Loaiza-Ganem & Cunningham (2019), *The continuous Bernoulli: fixing a pervasive error in
   variational autoencoders*, NeurIPS (the normaliser that binary cross-entropy omits).
+* Bowman, Vilnis, Vinyals, Dai, Jozefowicz & Bengio (2016), *Generating sentences from a
+  continuous space*, CoNLL (posterior collapse; KL annealing, :func:`kl_warmup_weight`).
+* Kingma, Salimans, Jozefowicz, Chen, Sutskever & Welling (2016), *Improved variational
+  inference with inverse autoregressive flow*, NeurIPS (free bits, :func:`free_bits_kl`).
+* Burda et al. (2016), section 5.2 ("active units", :func:`active_units`).
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ from softmaxbook._validate import (
 )
 from softmaxbook.estimators import gaussian_kl
 
-__all__ = ["MAX_COUNT", "load_digits_counts", "binomial_log_prob", "DigitsVAE", "train_vae"]
+__all__ = ["MAX_COUNT", "load_digits_counts", "binomial_log_prob", "DigitsVAE", "train_vae",
+           "kl_per_dimension", "free_bits_kl", "kl_warmup_weight", "active_units"]
 
 #: The largest pixel value of the 8 x 8 digits: each pixel counts the on-pixels of a 4 x 4 block.
 MAX_COUNT = 16
@@ -254,14 +260,102 @@ class DigitsVAE(nn.Module):
         return self.mean_image(z)
 
 
+def _check_mu_logvar(mu, logvar, func):
+    mu = as_float_tensor(mu, "mu", func)
+    logvar = as_float_tensor(logvar, "logvar", func)
+    if mu.shape != logvar.shape:
+        raise ValueError(f"{func}: arguments 'mu' and 'logvar' must have one shape, got "
+                         f"{tuple(mu.shape)} and {tuple(logvar.shape)}")
+    if mu.dim() == 0:
+        raise ValueError(f"{func}: arguments 'mu' and 'logvar' must have a latent dimension "
+                         "(shape (..., d)), got 0-d tensors")
+    for t, name in ((mu, "mu"), (logvar, "logvar")):
+        if bool(torch.isnan(t).any()):
+            raise ValueError(f"{func}: argument '{name}' contains NaN")
+    return mu, logvar
+
+
+def kl_per_dimension(mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
+    """``KL(N(mu_k, e^{logvar_k}) || N(0, 1))`` for every latent dimension ``k``, same shape.
+
+    The terms of :func:`softmaxbook.estimators.gaussian_kl` before its sum over the last axis
+    (with its series for ``logvar`` near 0), so ``kl_per_dimension(mu, lv).sum(-1)`` is the
+    whole KL. NaN and infinite values are refused (ValueError).
+    """
+    mu, logvar = _check_mu_logvar(mu, logvar, "kl_per_dimension")
+    return gaussian_kl(mu.unsqueeze(-1), logvar.unsqueeze(-1))
+
+
+def free_bits_kl(mu: torch.Tensor, logvar: torch.Tensor, free_bits: float) -> torch.Tensor:
+    """The free-bits KL term ``sum_k max(lambda, mean_batch KL_k)`` (a 0-d tensor), in nats.
+
+    Kingma et al. (2016, appendix C): each latent dimension's KL, averaged over the minibatch
+    (the leading axes of ``mu`` and ``logvar``, shape ``(..., d)``), is charged at least
+    ``lambda = free_bits`` nats. Below ``lambda`` a dimension costs a constant, so the gradient
+    stops pushing it onto the prior, and the optimiser may spend up to ``lambda`` nats on it
+    for free. ``free_bits = 0`` gives the mean KL, the ordinary term.
+    """
+    func = "free_bits_kl"
+    free_bits = check_positive_number(free_bits, "free_bits", func, allow_zero=True)
+    mu, logvar = _check_mu_logvar(mu, logvar, func)
+    if mu.numel() == 0:
+        raise ValueError(f"{func}: arguments 'mu' and 'logvar' must not be empty, got shape "
+                         f"{tuple(mu.shape)}")
+    per_dim = kl_per_dimension(mu, logvar).reshape(-1, mu.shape[-1]).mean(0)
+    return torch.clamp(per_dim, min=free_bits).sum()
+
+
+def kl_warmup_weight(step: int, warmup: int) -> float:
+    """Weight of the KL term at ``step`` (0-based) of a linear KL annealing, in [0, 1].
+
+    ``min(1, step / warmup)``: 0 at the first step, rising linearly to 1 at ``step = warmup``
+    and 1 after; ``warmup = 0`` is no annealing (1 from the start). Bowman et al. (2016) anneal
+    the weight from 0 to 1 so that the decoder learns to use the code before the KL term can
+    push ``q(z | x)`` onto the prior.
+    """
+    func = "kl_warmup_weight"
+    step = check_int(step, "step", func, minimum=0)
+    warmup = check_int(warmup, "warmup", func, minimum=0)
+    if warmup == 0:
+        return 1.0
+    return min(1.0, step / warmup)
+
+
+def active_units(mu: torch.Tensor, threshold: float = 1e-2):
+    """Burda et al.'s active units: ``(count, variances)`` of the encoder means over the data.
+
+    ``mu`` is ``E_q[z | x]`` for ``n >= 2`` data points, shape ``(n, d)``. Dimension ``k`` is
+    active when ``Var_x(mu_k(x)) > threshold`` (Burda et al. 2016, section 5.2, use 0.01):
+    an inactive dimension gives (nearly) the same code to every digit, carries no information
+    about it, and its KL is (nearly) spent on nothing. The variance is the unbiased sample
+    variance; returns ``(int, Tensor (d,))``.
+    """
+    func = "active_units"
+    mu = as_float_tensor(mu, "mu", func)
+    threshold = check_positive_number(threshold, "threshold", func, allow_zero=True)
+    if mu.dim() != 2 or mu.shape[0] < 2:
+        raise ValueError(f"{func}: argument 'mu' must have shape (n, d) with n >= 2, got "
+                         f"{tuple(mu.shape)}")
+    check_finite(mu, "mu", func)
+    var = mu.var(0)
+    return int((var > threshold).sum()), var
+
+
 def train_vae(model: DigitsVAE, data: torch.Tensor, *, steps: int = 1500, batch_size: int = 128,
               lr: float = 3e-3, recon_weight: float = 1.0, kl_weight: float = 1.0,
-              generator=None) -> list[float]:
+              kl_warmup: int = 0, free_bits: float = 0.0, generator=None) -> list[float]:
     """Train ``model`` with Adam on minibatches of ``data`` (counts, (n, 64)).
 
     Maximises the mean of :meth:`DigitsVAE.elbo` (with the given weights) by the
     reparameterisation gradient, one sample per digit. Returns the objective per step (nats per
     digit), a noisy curve. Minibatches and noise come from ``generator``.
+
+    Two remedies for posterior collapse: ``kl_warmup = W > 0`` multiplies the KL weight at
+    step ``t`` by :func:`kl_warmup_weight` ``(t, W)`` (Bowman et al. 2016); ``free_bits =
+    lambda > 0`` replaces the KL term by :func:`free_bits_kl` (Kingma et al. 2016). With both
+    at their defaults the draws and the steps are those of plain training. The returned
+    objective is the one optimised at each step (the ELBO only without either remedy and with
+    both weights 1).
     """
     func = "train_vae"
     if not isinstance(model, DigitsVAE):
@@ -273,14 +367,25 @@ def train_vae(model: DigitsVAE, data: torch.Tensor, *, steps: int = 1500, batch_
     steps = check_int(steps, "steps", func, minimum=1)
     batch_size = check_int(batch_size, "batch_size", func, minimum=1)
     lr = check_positive_number(lr, "lr", func)
+    kl_warmup = check_int(kl_warmup, "kl_warmup", func, minimum=0)
+    free_bits = check_positive_number(free_bits, "free_bits", func, allow_zero=True)
     check_generator(generator, None, func)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     history = []
     n = data.shape[0]
-    for _ in range(steps):
+    for step in range(steps):
         idx = torch.randint(0, n, (min(batch_size, n),), generator=generator)
-        obj = model.elbo(data[idx], generator=generator, recon_weight=recon_weight,
-                         kl_weight=kl_weight).mean()
+        beta = kl_weight * kl_warmup_weight(step, kl_warmup)
+        batch = data[idx]
+        if free_bits == 0:
+            obj = model.elbo(batch, generator=generator, recon_weight=recon_weight,
+                             kl_weight=beta).mean()
+        else:
+            # the reconstruction term from the same draws as elbo's, the KL term clamped
+            rec = model.elbo(batch, generator=generator, recon_weight=recon_weight,
+                             kl_weight=0.0).mean()
+            mu, logvar = model.encode(batch)
+            obj = rec - beta * free_bits_kl(mu, logvar, free_bits)
         opt.zero_grad()
         (-obj).backward()
         opt.step()

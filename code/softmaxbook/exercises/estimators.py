@@ -31,6 +31,11 @@
   not f, a missing baseline, a baseline that receives gradient, a weight that passes
   log_prob * grad f, a sign error, a detached f, a reduced result, float32 and the package's
   score_function_surrogate are caught).
+* ``estimators-ex-free-bits``: ``free_bits(mu, logvar, lam)``, the free-bits KL term
+  sum_k max(lam, mean over the batch of KL_k) (the clamp per digit instead of per batch mean,
+  the clamp of the summed KL, the hinge max(0, KL_k - lam), min for max, the batch sum for the
+  mean, a per-digit result, a missing 1/2, float32, a clamp that passes a gradient below lam,
+  and the package's free_bits_kl / gaussian_kl are caught).
 """
 
 from __future__ import annotations
@@ -624,4 +629,95 @@ def _check_surrogate(reinforce_surrogate):
                            or bool((g_w == 0).all()) else
                            "f's gradient should pass once, unweighted: detach f inside the "
                            "weight, or log_prob * grad f joins it."))
+    return len(cases)
+
+
+# ------------------------------------------------------------------------------------------------
+# estimators-ex-free-bits: the free-bits KL term of Kingma et al. (2016)
+def _free_bits_cases():
+    g = check_generator(202)  # public in a notebook; the grader's secret salt changes it
+    cases = []
+    for name, shape, lam, spread in (("a batch of 4 in 3 dimensions", (4, 3), 0.5, 1.0),
+                                     ("a batch of 6 in 5 dimensions", (6, 5), 0.25, 0.6),
+                                     ("a batch of 3 in 2 dimensions, lam = 0", (3, 2), 0.0, 1.0),
+                                     ("a batch of 5 in 4 dimensions, lam = 2", (5, 4), 2.0, 1.5)):
+        mu = (spread * torch.randn(shape, generator=g, **F64)).round(decimals=3)
+        lv = (spread * torch.randn(shape, generator=g, **F64)).round(decimals=3)
+        # one dimension close to the prior for every digit: below lam after the mean
+        mu[:, 0] = (0.05 * torch.randn(shape[0], generator=g, **F64)).round(decimals=3)
+        lv[:, 0] = (0.05 * torch.randn(shape[0], generator=g, **F64)).round(decimals=3)
+        # one digit far out in dimension 1: its own KL is above lam, the batch mean too
+        mu[0, 1] = 2.5
+        cases.append((name, mu, lv, lam))
+    return cases
+
+
+def _free_bits_expected(mu, lv, lam):
+    per = 0.5 * (lv.exp() + mu**2 - 1 - lv)
+    return torch.clamp(per.mean(0), min=lam).sum()
+
+
+@exercise("estimators-ex-free-bits", "The free-bits KL term")
+def _check_free_bits(free_bits):
+    """``free_bits(mu, logvar, lam)`` -> a 0-d tensor sum_k max(lam, mean_i KL_ik)."""
+    from .. import vae as _vae
+    cases = _free_bits_cases()
+    for name, mu0, lv0, lam in cases:
+        desc = f"mu = {describe(mu0)}, logvar = {describe(lv0)}, lam = {lam} ({name})"
+        mu = mu0.clone().requires_grad_(True)
+        lv = lv0.clone().requires_grad_(True)
+        with watch_calls(_vae.free_bits_kl) as seen, watch_calls(_es.gaussian_kl) as seen_kl:
+            got = call(free_bits, mu, lv, lam, input_desc=desc)
+        expect_true(not seen and not seen_kl,
+                    f"for input {desc} your function calls the library's "
+                    f"{'free_bits_kl' if seen else 'gaussian_kl'}.",
+                    hint="write the per-dimension KL 1/2 (exp(logvar) + mu^2 - 1 - logvar) "
+                         "yourself.")
+        expect_true(isinstance(got, torch.Tensor) and got.dim() == 0,
+                    f"for input {desc} the result should be a 0-d tensor (one number for the "
+                    f"batch); got {describe(got)}.",
+                    hint="average each dimension's KL over the batch (dim 0), clamp, then sum "
+                         "over the dimensions.")
+        expect_true(got.dtype == torch.float64,
+                    f"for input {desc} (float64) your result is {got.dtype}.",
+                    hint="do not convert to float32 (.float()).")
+        want = _free_bits_expected(mu0, lv0, lam)
+        per = 0.5 * (lv0.exp() + mu0**2 - 1 - lv0)
+        hint = ("per dimension k, take the batch mean of KL_k = 1/2 (exp(logvar) + mu^2 - 1 - "
+                "logvar), then max(lam, that mean), and sum over k.")
+        known = [
+            (torch.clamp(per, min=lam).mean(0).sum(),
+             "the clamp comes after the mean over the batch: Kingma et al. clamp each "
+             "dimension's batch-mean KL, not each digit's."),
+            (torch.clamp(per.sum(-1).mean(), min=lam),
+             "the clamp is per latent dimension, not of the summed KL."),
+            (torch.clamp(per.mean(0) - lam, min=0).sum(),
+             "max(lam, KL_k), not max(0, KL_k - lam): below lam a dimension still costs lam."),
+            (torch.clamp(per.mean(0), max=lam).sum(), "max(lam, KL_k), not min."),
+            (torch.clamp(per.sum(0), min=lam).sum(),
+             "average each dimension's KL over the batch (mean over dim 0), do not sum it."),
+            (torch.clamp(2 * per.mean(0), min=lam).sum(), "the Gaussian KL has a factor 1/2."),
+        ]
+        for value, h in known:
+            if not bool(torch.isclose(value, want, rtol=1e-9, atol=1e-12)) and isinstance(
+                    got, torch.Tensor) and bool(torch.isclose(got.detach(), value,
+                                                              rtol=1e-9, atol=1e-12)):
+                hint = h
+                break
+        expect_close(got.detach(), want, input_desc=desc, rtol=1e-9, atol=1e-12, hint=hint)
+        expect_true(got.requires_grad,
+                    f"for input {desc} your result carries no gradient.",
+                    hint="compute it with torch operations on mu and logvar, without .item() "
+                         "or .detach().")
+        g_mu, g_lv = torch.autograd.grad(got, (mu, lv), allow_unused=True)
+        mu_r = mu0.clone().requires_grad_(True)
+        lv_r = lv0.clone().requires_grad_(True)
+        w_mu, w_lv = torch.autograd.grad(_free_bits_expected(mu_r, lv_r, lam), (mu_r, lv_r))
+        for got_g, want_g, which in ((g_mu, w_mu, "mu"), (g_lv, w_lv, "logvar")):
+            expect_close(torch.zeros_like(want_g) if got_g is None else got_g, want_g,
+                         input_desc=desc, rtol=1e-9, atol=1e-12,
+                         what=f"gradient in {which}",
+                         hint="below lam a dimension's cost is the constant lam: it must get "
+                              "no gradient (torch.clamp or torch.maximum with a constant "
+                              "does this).")
     return len(cases)
