@@ -446,7 +446,7 @@ def trace_temperature_recipe(logits: torch.Tensor, labels: torch.Tensor, *, init
         opt.zero_grad()
         loss = F.cross_entropy(z / temperature, labels)
         loss.backward()
-        seen.append((temperature.item(), temperature.grad.item()))
+        seen.append((temperature.detach().item(), temperature.grad.item()))
         return loss
 
     for _ in range(max_iter):
