@@ -968,3 +968,142 @@ def test_ck_errors():
         fit_ck(c, r, ftol=-1.0)
     with pytest.raises(ValueError, match="fit_ck: argument 'max_iter' must be >= 1"):
         fit_ck(c, r, max_iter=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# fit_rw_hierarchical: the group prior fitted by EM with a Laplace approximation (issue 26, 2)
+# ------------------------------------------------------------------------------------------------
+def _quad_log_marginal(c, r, mean, sd, centre, width, n=241):
+    """log ∫ exp(ℓ(θ)) N(θ; mean, sd²) dθ per participant, by a midpoint grid of n × n points
+    over centre ± width in θ = (logit α, log β)."""
+    out = []
+    for s in range(c.shape[0]):
+        a = torch.linspace(float(centre[s, 0] - width[s, 0]), float(centre[s, 0] + width[s, 0]),
+                           n, dtype=D)
+        b = torch.linspace(float(centre[s, 1] - width[s, 1]), float(centre[s, 1] + width[s, 1]),
+                           n, dtype=D)
+        A, B = torch.meshgrid(a, b, indexing="ij")
+        A, B = A.reshape(-1), B.reshape(-1)
+        N = A.numel()
+        # ch._derivatives(order 0) is rw_log_likelihood's ℓ for [T, N] data (checked
+        # against it in the tests above), faster on many columns
+        ll = ch._derivatives(torch.sigmoid(A), B.exp(), c[s].to(D)[:, None].expand(-1, N),
+                             r[s][:, None].expand(-1, N), 0.0, 0)
+        theta = torch.stack((A, B), 1)
+        lp = (-0.5 * ((theta - mean) / sd) ** 2 - sd.log()
+              - 0.5 * math.log(2 * math.pi)).sum(1)
+        out.append(float(torch.logsumexp(ll + lp, 0) + ((a[1] - a[0]) * (b[1] - b[0])).log()))
+    return torch.tensor(out, dtype=D)
+
+
+def test_hierarchical_laplace_marginal_matches_quadrature():
+    from softmaxbook.choice import fit_rw_hierarchical
+    c, r, g = _map_data(S=4, T=120, seed=27)
+    h = fit_rw_hierarchical(c, r, n_starts=4, generator=g, tol=1e-6)
+    assert h.converged and h.n_iter < 200
+    theta = torch.stack((torch.logit(h.alpha), h.beta.log()), 1)
+    quad = _quad_log_marginal(c, r, h.mean, h.sd, theta, 7 * h.posterior_sd, n=121)
+    # the grid is converged: 81 points over ± 6 posterior sd agree to 1e-3
+    coarse = _quad_log_marginal(c, r, h.mean, h.sd, theta, 6 * h.posterior_sd, n=81)
+    assert (coarse - quad).abs().max() < 1e-3
+    # Laplace's error here (T = 120) is at most 0.065 (seed 27); a missing log 2π (1.84) or
+    # ½ log det(−H) (several units) or a prior without its constant would be far outside
+    torch.testing.assert_close(h.log_marginal, quad, rtol=0, atol=0.15)
+    assert h.history[-1] == pytest.approx(float(h.log_marginal.sum()), abs=1e-9)
+
+
+def test_hierarchical_is_a_fixed_point_of_em_and_map_under_its_prior():
+    from softmaxbook.choice import fit_rw_hierarchical
+    c, r, g = _map_data(S=8, T=150, seed=28)
+    tol = 1e-6
+    h = fit_rw_hierarchical(c, r, n_starts=4, generator=g, tol=tol, max_iter=500)
+    assert h.converged
+    theta = torch.stack((torch.logit(h.alpha), h.beta.log()), 1)
+    # M-step: the group mean and sd from the estimates and their Laplace variances
+    mean = theta.mean(0)
+    sd = ((theta - mean) ** 2 + h.posterior_sd ** 2).mean(0).sqrt()
+    assert (mean - h.mean).abs().max() < tol
+    assert (sd.log() - h.sd.log()).abs().max() < tol
+    # E-step: the estimates are fit_rw's MAP under the returned prior
+    st = torch.stack((h.alpha, h.beta), -1).unsqueeze(1)
+    m = fit_rw(c, r, starts=st, prior=(h.mean, h.sd))
+    torch.testing.assert_close(m.alpha, h.alpha, rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(m.beta, h.beta, rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(h.log_likelihood, rw_log_likelihood(h.alpha, h.beta, c, r))
+    # EM raised the (Laplace) marginal likelihood from the starting prior
+    assert h.history[-1] > h.history[0]
+    # posterior sds: no wider than the prior's (the data add precision)
+    assert torch.all(h.posterior_sd <= h.sd + 1e-12)
+
+
+def test_hierarchical_recovers_a_group():
+    # 60 participants drawn from the model's own normal prior: the group mean and sd come back
+    # (sampling error of a mean of 60: sd / √60 ≈ 0.07 to 0.1, plus the estimates' noise)
+    from softmaxbook.choice import fit_rw_hierarchical, reversal_reward_probs, simulate_bandit
+    g = torch.Generator().manual_seed(5)
+    S, T = 60, 200
+    a = -0.5 + 0.7 * torch.randn(S, generator=g, dtype=D)
+    b = 1.2 + 0.5 * torch.randn(S, generator=g, dtype=D)
+    c, r = simulate_bandit(torch.sigmoid(a), b.exp(), reversal_reward_probs(S, T, 50), T,
+                           generator=g)
+    h = fit_rw_hierarchical(c, r, n_starts=3, generator=g)
+    assert h.converged
+    torch.testing.assert_close(h.mean, torch.tensor([-0.5, 1.2], dtype=D), rtol=0, atol=0.3)
+    torch.testing.assert_close(h.sd, torch.tensor([0.7, 0.5], dtype=D), rtol=0, atol=0.3)
+    # shrinkage: the hierarchical estimates of log β are closer to the truth than ML's on
+    # average (rms)
+    ml = fit_rw(c, r, n_starts=3, generator=g)
+    rms = lambda est: float((est.log() - b.exp().log()).pow(2).mean().sqrt())  # noqa: E731
+    assert rms(h.beta) < rms(ml.beta)
+
+
+def test_hierarchical_edges():
+    from softmaxbook.choice import fit_rw_hierarchical
+    c, r, g = _map_data(S=3, T=60, seed=29)
+    # float32 data: float32 results, the group parameters in float64
+    # (5 iterations: with 3 participants and 60 trials the group sd of log β shrinks toward 0,
+    # which EM approaches slowly; converged stays False for 200 iterations)
+    h32 = fit_rw_hierarchical(c, r.float(), n_starts=2, generator=torch.Generator()
+                              .manual_seed(1), max_iter=5)
+    h64 = fit_rw_hierarchical(c, r, n_starts=2, generator=torch.Generator().manual_seed(1),
+                              max_iter=5)
+    assert not h64.converged and h64.n_iter == 5
+    assert h32.alpha.dtype == torch.float32 and h32.log_marginal.dtype == torch.float32
+    assert h32.mean.dtype == torch.float64
+    torch.testing.assert_close(h32.mean, h64.mean)
+    # one iteration: not converged, the starting prior returned
+    h1 = fit_rw_hierarchical(c, r, n_starts=2, generator=g, max_iter=1,
+                             init=((0.0, 1.0), (2.0, 1.0)))
+    assert h1.n_iter == 1 and not h1.converged and len(h1.history) == 1
+    torch.testing.assert_close(h1.sd, torch.tensor([2.0, 1.0], dtype=D))
+    # a participant whose choices are all predictable (always option 1, always rewarded):
+    # ℓ rises to the cap; the group prior keeps every number finite
+    c2 = torch.cat((c, torch.ones(1, 60, dtype=c.dtype)))
+    r2 = torch.cat((r, torch.ones(1, 60, dtype=D)))
+    h2 = fit_rw_hierarchical(c2, r2, n_starts=2, generator=g, tol=1e-3, max_iter=30)
+    for x in (h2.alpha, h2.beta, h2.log_marginal, h2.posterior_sd, h2.mean, h2.sd):
+        assert torch.isfinite(x).all()
+    assert torch.all(h2.posterior_sd > 0)
+
+
+def test_hierarchical_bad_input():
+    from softmaxbook.choice import fit_rw_hierarchical
+    c, r, g = _map_data(S=3, T=30, seed=30)
+    with pytest.raises(ValueError, match="at least 2 participants"):
+        fit_rw_hierarchical(c[:1], r[:1], generator=g)
+    with pytest.raises(ValueError, match="fit_rw_hierarchical: argument 'tol'"):
+        fit_rw_hierarchical(c, r, generator=g, tol=0.0)
+    with pytest.raises(ValueError, match="fit_rw_hierarchical: argument 'max_iter'"):
+        fit_rw_hierarchical(c, r, generator=g, max_iter=0)
+    with pytest.raises(ValueError, match="fit_rw_hierarchical: argument 'init' needs sd > 0"):
+        fit_rw_hierarchical(c, r, generator=g, init=((0.0, 1.0), (1.0, -1.0)))
+    with pytest.raises(TypeError, match="fit_rw_hierarchical: argument 'init' must be a pair"):
+        fit_rw_hierarchical(c, r, generator=g, init=1.5)
+    with pytest.raises(ValueError, match="fit_rw_hierarchical: argument 'choices'"):
+        fit_rw_hierarchical(c.double() * 2, r, generator=g)
+    with pytest.raises(ValueError, match="fit_rw_hierarchical: argument 'rewards'"):
+        fit_rw_hierarchical(c, r.masked_fill(torch.zeros_like(r, dtype=torch.bool)
+                                             .index_fill(1, torch.tensor([0]), True),
+                                             math.nan), generator=g)
+    with pytest.raises(ValueError, match="argument 'starts'"):
+        fit_rw_hierarchical(c, r, starts=torch.full((3, 1, 2), 2.0, dtype=D))
