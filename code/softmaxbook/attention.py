@@ -538,6 +538,28 @@ def evaluate(model: GlimpseNet, task: GlimpseTask, *, soft: bool = False) -> dic
     }
 
 
+def _check_training(func, train, test, steps, batch_size, eval_every, lr, baseline_decay,
+                    generator, on_eval):
+    """The arguments :func:`train_glimpse` and :func:`train_variational` share, validated;
+    returns ``(steps, batch_size, eval_every, lr)`` as checked numbers."""
+    for name, task in (("train", train), ("test", test)):
+        if not isinstance(task, GlimpseTask):
+            raise TypeError(f"{func}: argument '{name}' must be a GlimpseTask, got "
+                            f"{type(task).__name__}")
+    steps = check_int(steps, "steps", func, minimum=1)
+    batch_size = check_int(batch_size, "batch_size", func, minimum=1)
+    eval_every = check_int(eval_every, "eval_every", func, minimum=1)
+    lr = check_positive_number(lr, "lr", func)
+    if not 0.0 <= baseline_decay < 1.0:
+        raise ValueError(f"{func}: argument 'baseline_decay' must be in [0, 1), got "
+                         f"{baseline_decay}")
+    check_generator(generator, "cpu", func)
+    if on_eval is not None and not callable(on_eval):
+        raise TypeError(f"{func}: argument 'on_eval' must be callable, got "
+                        f"{type(on_eval).__name__}")
+    return steps, batch_size, eval_every, lr
+
+
 def train_glimpse(method: str, train: GlimpseTask, test: GlimpseTask, *, steps: int = 600,
                   batch_size: int = 64, lr: float = 3e-3, hidden: int = 32,
                   entropy_weight: float = 0.01, baseline_decay: float = 0.9, tau: float = 1.0,
@@ -556,21 +578,9 @@ def train_glimpse(method: str, train: GlimpseTask, test: GlimpseTask, *, steps: 
     func = "train_glimpse"
     if method not in METHODS:
         raise ValueError(f"{func}: argument 'method' must be one of {METHODS}, got {method!r}")
-    for name, task in (("train", train), ("test", test)):
-        if not isinstance(task, GlimpseTask):
-            raise TypeError(f"{func}: argument '{name}' must be a GlimpseTask, got "
-                            f"{type(task).__name__}")
-    steps = check_int(steps, "steps", func, minimum=1)
-    batch_size = check_int(batch_size, "batch_size", func, minimum=1)
-    eval_every = check_int(eval_every, "eval_every", func, minimum=1)
-    lr = check_positive_number(lr, "lr", func)
-    if not 0.0 <= baseline_decay < 1.0:
-        raise ValueError(f"{func}: argument 'baseline_decay' must be in [0, 1), got "
-                         f"{baseline_decay}")
-    check_generator(generator, "cpu", func)
-    if on_eval is not None and not callable(on_eval):
-        raise TypeError(f"{func}: argument 'on_eval' must be callable, got "
-                        f"{type(on_eval).__name__}")
+    steps, batch_size, eval_every, lr = _check_training(
+        func, train, test, steps, batch_size, eval_every, lr, baseline_decay, generator,
+        on_eval)
     dim = train.annotations.shape[-1]
     if model is None:
         model = GlimpseNet(dim, hidden).to(train.annotations.dtype)
@@ -996,21 +1006,9 @@ def train_variational(train: GlimpseTask, test: GlimpseTask, *, steps: int = 600
     evaluation.
     """
     func = "train_variational"
-    for name, task in (("train", train), ("test", test)):
-        if not isinstance(task, GlimpseTask):
-            raise TypeError(f"{func}: argument '{name}' must be a GlimpseTask, got "
-                            f"{type(task).__name__}")
-    steps = check_int(steps, "steps", func, minimum=1)
-    batch_size = check_int(batch_size, "batch_size", func, minimum=1)
-    eval_every = check_int(eval_every, "eval_every", func, minimum=1)
-    lr = check_positive_number(lr, "lr", func)
-    if not 0.0 <= baseline_decay < 1.0:
-        raise ValueError(f"{func}: argument 'baseline_decay' must be in [0, 1), got "
-                         f"{baseline_decay}")
-    check_generator(generator, "cpu", func)
-    if on_eval is not None and not callable(on_eval):
-        raise TypeError(f"{func}: argument 'on_eval' must be callable, got "
-                        f"{type(on_eval).__name__}")
+    steps, batch_size, eval_every, lr = _check_training(
+        func, train, test, steps, batch_size, eval_every, lr, baseline_decay, generator,
+        on_eval)
     dim = train.annotations.shape[-1]
     if model is None:
         model = GlimpseNet(dim).to(train.annotations.dtype)
